@@ -7,7 +7,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin
 export CGO_ENABLED := 0
 
-.PHONY: help build test test-unit test-race bench demo testbed images fuzz clean
+.PHONY: help build test test-unit test-race bench demo testbed tools images fuzz clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -25,6 +25,12 @@ test: build ## Run the whole test suite (kernel and testbed tiers need root; the
 
 bench: build ## Print the side-by-side performance table (frontend, unbound, dnsmasq, CoreDNS as NodeLocal DNSCache).
 	$(BIN)/nodedns-loadtest bench
+
+tools: ## Build kube-apiserver and kube-proxy for the testbed (first time ~15 min; cached in ~/.cache/nodedns).
+	tools/k8s/build.sh
+
+testbed: tools ## Run etcd + kube-apiserver in the foreground; prints a kubeconfig; Ctrl-C stops.
+	$(GO) run ./testbed/cmd/nodedns-testbed
 
 fuzz: ## Run each fuzz target for 30s.
 	$(GO) test ./frontend/... -run '^$$' -fuzz . -fuzztime 30s

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# build.sh builds kube-apiserver and kube-proxy from this module into the
+# version-keyed cache directory the testbed reads, unless they are already
+# there. The first build of kube-apiserver takes 10-20 minutes on two cores;
+# kube-proxy then takes about a minute; cached binaries return at once.
+#
+# Usage: tools/k8s/build.sh [kube-apiserver] [kube-proxy]   (default: both)
+# Cache: $NODEDNS_K8S_BIN_DIR, else ${XDG_CACHE_HOME:-~/.cache}/nodedns/k8s-<version>
+set -euo pipefail
+cd "$(dirname "$0")"
+
+version=v1.36.3 # keep in step with go.mod and testbed.KubernetesVersion
+dir=${NODEDNS_K8S_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nodedns/k8s-$version}
+mkdir -p "$dir"
+cmds=("$@")
+((${#cmds[@]})) || cmds=(kube-apiserver kube-proxy)
+
+# One build at a time per cache directory: test packages run in parallel and
+# may all find a binary missing; the later ones wait and then find it cached.
+exec 9>"$dir/.lock"
+flock 9
+
+# Stamp the version the way the upstream build does, so /version and
+# --version report the release rather than v0.0.0-master.
+v=k8s.io/component-base/version
+ldflags="-s -w -X $v.gitVersion=$version -X $v.gitMajor=1 -X $v.gitMinor=36 -X $v.gitTreeState=clean"
+
+for cmd in "${cmds[@]}"; do
+	case $cmd in
+	kube-apiserver | kube-proxy) ;;
+	*) echo "build.sh: unknown binary $cmd" >&2; exit 2 ;;
+	esac
+	if [[ -x "$dir/$cmd" ]]; then
+		echo "$dir/$cmd: cached"
+		continue
+	fi
+	echo "building $cmd $version into $dir (the first build takes minutes)"
+	start=$SECONDS
+	tmp=$(mktemp "$dir/.$cmd.XXXXXX")
+	trap 'rm -f "$tmp"' EXIT
+	CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp" "k8s.io/kubernetes/cmd/$cmd"
+	chmod 0755 "$tmp"
+	mv -f "$tmp" "$dir/$cmd" # rename is atomic: no reader sees a half-written binary
+	trap - EXIT
+	echo "built $dir/$cmd in $((SECONDS - start))s"
+done

@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools pins the commands that the testbed builds from this module.
+// It is never built itself: `go build -tags tools` is not used; the commands
+// are built by import path (see build.sh).
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+)
