@@ -1,0 +1,140 @@
+package nodenet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// Mode is how pods reach the frontend; see docs/modes.md.
+type Mode string
+
+// Modes.
+const (
+	// ModeIPTables owns the link-local IP and the kube-dns ClusterIP(s) on a
+	// local interface, with NOTRACK so kube-proxy's DNAT never sees the
+	// queries. For kube-proxy in iptables or nftables mode.
+	ModeIPTables Mode = "iptables"
+	// ModeLinkLocal owns the link-local IP only; kubelet's clusterDNS points
+	// at it. For kube-proxy IPVS and Cilium's kube-proxy replacement, which
+	// would otherwise capture a locally bound ClusterIP.
+	ModeLinkLocal Mode = "link-local"
+	// ModeNodeIP creates no interface: the frontend listens on the node IP
+	// and only NOTRACK/ACCEPT rules for that IP:53 are installed.
+	ModeNodeIP Mode = "node-ip"
+)
+
+// Defaults.
+const (
+	DefaultInterface    = "nodedns"
+	DefaultLocalIP      = "169.254.20.10"
+	DefaultSyncInterval = 10 * time.Second
+	DefaultDNSPort      = 53
+)
+
+// Config is what the node networking owns. The zero value of optional
+// fields takes the default named in its comment.
+type Config struct {
+	// Mode selects which addresses are owned; default ModeIPTables.
+	Mode Mode
+	// LocalIPs are the addresses pods' queries go to: the link-local IP(s),
+	// or the node IP(s) in ModeNodeIP. Default 169.254.20.10.
+	LocalIPs []net.IP
+	// ServiceIPs are the kube-dns ClusterIP(s); owned only in ModeIPTables.
+	ServiceIPs []net.IP
+	// Interface is the name of the link that holds the addresses; default
+	// "nodedns". Unused in ModeNodeIP.
+	Interface string
+	// DNSPort is the port the frontend answers on; default 53.
+	DNSPort int
+	// HealthPort, when non-zero, also gets NOTRACK rules so that kubelet's
+	// probes to a local IP leave no conntrack entries.
+	HealthPort int
+	// SyncInterval is how often Run re-applies the interface and rules;
+	// default 10s.
+	SyncInterval time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Mode == "" {
+		c.Mode = ModeIPTables
+	}
+	if len(c.LocalIPs) == 0 {
+		c.LocalIPs = []net.IP{net.ParseIP(DefaultLocalIP)}
+	}
+	if c.Interface == "" {
+		c.Interface = DefaultInterface
+	}
+	if c.DNSPort == 0 {
+		c.DNSPort = DefaultDNSPort
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = DefaultSyncInterval
+	}
+}
+
+// Validate fills in defaults and reports the first inconsistency.
+func (c *Config) Validate() error {
+	c.setDefaults()
+	switch c.Mode {
+	case ModeIPTables, ModeLinkLocal, ModeNodeIP:
+	default:
+		return fmt.Errorf("mode %q: want iptables, link-local or node-ip", c.Mode)
+	}
+	for _, ip := range append(append([]net.IP(nil), c.LocalIPs...), c.ServiceIPs...) {
+		if ip == nil || ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast() {
+			return fmt.Errorf("address %v cannot be owned by the node DNS", ip)
+		}
+	}
+	if c.Mode == ModeNodeIP {
+		for _, ip := range c.LocalIPs {
+			if ip.IsLinkLocalUnicast() {
+				return fmt.Errorf("mode node-ip needs --local-ip set to the node IP (status.hostIP), not %v", ip)
+			}
+		}
+	}
+	if c.Mode == ModeIPTables && len(c.ServiceIPs) == 0 {
+		return errors.New("mode iptables needs --service-ip (the kube-dns ClusterIP); use --mode=link-local to own only the link-local IP")
+	}
+	if c.Mode != ModeNodeIP && (len(c.Interface) > 15 || c.Interface == "lo") {
+		return fmt.Errorf("interface %q: want a new link name of at most 15 bytes", c.Interface)
+	}
+	if c.DNSPort < 1 || c.DNSPort > 65535 || c.HealthPort < 0 || c.HealthPort > 65535 {
+		return fmt.Errorf("ports %d/%d out of range", c.DNSPort, c.HealthPort)
+	}
+	if c.SyncInterval < 100*time.Millisecond {
+		return fmt.Errorf("sync interval %v: want at least 100ms", c.SyncInterval)
+	}
+	return nil
+}
+
+// OwnedIPs returns the addresses the node DNS takes over in this mode:
+// those put on the interface (except in ModeNodeIP) and matched by the rules.
+func (c *Config) OwnedIPs() []net.IP {
+	ips := append([]net.IP(nil), c.LocalIPs...)
+	if c.Mode == ModeIPTables {
+		ips = append(ips, c.ServiceIPs...)
+	}
+	return ips
+}
+
+// ParseIPs parses a comma separated list of addresses ("" gives none).
+func ParseIPs(s string) ([]net.IP, error) {
+	var ips []net.IP
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		ip := net.ParseIP(f)
+		if ip == nil {
+			return nil, fmt.Errorf("%q is not an IP address", f)
+		}
+		if v4 := ip.To4(); v4 != nil {
+			ip = v4
+		}
+		ips = append(ips, ip)
+	}
+	return ips, nil
+}

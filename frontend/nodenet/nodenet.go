@@ -1,0 +1,185 @@
+// Package nodenet takes over a node's DNS: it puts the addresses pods send
+// queries to on a local interface and installs the iptables rules that keep
+// those queries out of conntrack and kube-proxy's DNAT. The desired state is
+// data (Rules, Config.OwnedIPs); Sync converges the node to it and Run
+// repeats that on a ticker.
+package nodenet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Manager owns the node's DNS interface and rules.
+type Manager struct {
+	cfg Config // validated; never changed after New
+	log *zap.Logger
+	nl  Netlink             // nil in ModeNodeIP
+	ipt map[Family]IPTables // the families the host supports
+	met *managerMetrics
+
+	noDummy atomic.Bool // set once the kernel refused a dummy link
+
+	mu     sync.Mutex // serialises Sync and Teardown; guards status
+	status string     // outcome of the last Sync or Teardown
+	ok     bool       // the last Sync left everything in place
+}
+
+// New returns a Manager using the given netlink and iptables (one per
+// family that the host supports; fakes in unit tests). cfg is validated.
+func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, nl Netlink, ipt map[Family]IPTables) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	for _, ip := range cfg.OwnedIPs() {
+		if ipt[familyOf(ip)] == nil {
+			return nil, fmt.Errorf("no %s iptables for %v", familyOf(ip), ip)
+		}
+	}
+	if nl == nil && cfg.Mode != ModeNodeIP {
+		return nil, errors.New("mode " + string(cfg.Mode) + " needs netlink")
+	}
+	return &Manager{
+		cfg: cfg, log: log.Named("nodenet"), nl: nl, ipt: ipt, met: newMetrics(reg),
+		status: "network not set up yet",
+	}, nil
+}
+
+// NewHost returns a Manager for the network namespace of the calling
+// thread, using the iptables backend (legacy or nft) the host's other rules
+// live in.
+func NewHost(ctx context.Context, cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Manager, error) {
+	backend, stats := DetectBackend(ctx, ExecRunner)
+	log.Named("nodenet").Info("iptables backend", zap.String("backend", string(backend)),
+		zap.Int("nft_rules", stats[BackendNFT].Rules), zap.Bool("nft_hint", stats[BackendNFT].Hint),
+		zap.Int("legacy_rules", stats[BackendLegacy].Rules), zap.Bool("legacy_hint", stats[BackendLegacy].Hint))
+	ipt := map[Family]IPTables{}
+	var errs []error
+	for _, f := range []Family{IPv4, IPv6} {
+		t, err := NewIPTables(backend, f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ipt[f] = t
+	}
+	if len(ipt) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	var nl Netlink
+	if cfg.Mode != ModeNodeIP {
+		var err error
+		if nl, err = NewNetlink(); err != nil {
+			return nil, err
+		}
+	}
+	m, err := New(cfg, log, reg, nl, ipt)
+	if err != nil {
+		return nil, errors.Join(append(errs, err)...)
+	}
+	return m, nil
+}
+
+// Config returns the validated configuration.
+func (m *Manager) Config() Config { return m.cfg }
+
+// Status reports whether the last Sync left everything in place, with a
+// detail for /ready and logs.
+func (m *Manager) Status() (ok bool, detail string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ok, m.status
+}
+
+// fail counts and logs one setup error.
+func (m *Manager) fail(op string, err error) error {
+	m.met.setupErrors.WithLabelValues(op).Inc()
+	m.log.Error("node network setup", zap.String("op", op), zap.Error(err))
+	return err
+}
+
+// Sync converges the node to the desired state once: the interface with
+// exactly the owned addresses (no interface in ModeNodeIP), every rule at
+// the top of its chain, and no nodedns rule that the configuration no longer
+// wants. Every error is counted, logged and returned (joined); Sync carries
+// on past errors so that one bad rule does not block the others.
+func (m *Manager) Sync(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	if m.cfg.Mode == ModeNodeIP {
+		// A link left by an earlier instance in another mode would still
+		// capture the addresses it holds.
+		if err := m.deleteLink(); err != nil {
+			errs = append(errs, m.fail(opLink, err))
+		}
+	} else if m.nl != nil {
+		l, err := m.ensureLink()
+		if err != nil {
+			errs = append(errs, m.fail(opLink, err))
+		} else if err := m.syncAddrs(l); err != nil {
+			errs = append(errs, m.fail(opAddr, err))
+		}
+	}
+	if err := m.syncRules(ctx, Rules(m.cfg)); err != nil {
+		errs = append(errs, m.fail(opRules, err))
+	}
+	err := errors.Join(errs...)
+	m.ok = err == nil
+	if m.ok {
+		m.status = fmt.Sprintf("network installed (%s mode)", m.cfg.Mode)
+		m.met.installed.Set(1)
+	} else {
+		m.status = "network setup: " + err.Error()
+		m.met.installed.Set(0)
+	}
+	return err
+}
+
+// Run calls Sync now and then every SyncInterval until ctx ends. Errors are
+// counted and logged by Sync; Run carries on.
+func (m *Manager) Run(ctx context.Context) {
+	t := time.NewTicker(m.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		_ = m.Sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Teardown removes every nodedns rule (those of this configuration and any
+// left over), then the interface: rules first, so that no packet is ever
+// steered to addresses that are gone. All errors are joined.
+func (m *Manager) Teardown(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	if err := m.syncRules(ctx, nil); err != nil {
+		errs = append(errs, m.fail(opTeardown, err))
+	}
+	if m.cfg.Mode != ModeNodeIP && m.nl != nil {
+		if err := m.deleteLink(); err != nil {
+			errs = append(errs, m.fail(opTeardown, err))
+		}
+	}
+	m.ok = false
+	m.met.installed.Set(0)
+	err := errors.Join(errs...)
+	if err != nil {
+		m.status = "network teardown: " + err.Error()
+	} else {
+		m.status = "network removed"
+	}
+	return err
+}

@@ -1,0 +1,132 @@
+package nodenet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// managedChains are the only chains nodedns ever writes to.
+var managedChains = []struct{ table, chain string }{
+	{"raw", "PREROUTING"},
+	{"raw", "OUTPUT"},
+	{"filter", "INPUT"},
+	{"filter", "OUTPUT"},
+}
+
+// syncRules converges every managed chain of every family to want: the
+// wanted rules first, in order, and no other nodedns rule. want=nil
+// removes every nodedns rule.
+func (m *Manager) syncRules(ctx context.Context, want []Rule) error {
+	by := map[chainKey][]Rule{}
+	for _, r := range want {
+		by[r.key()] = append(by[r.key()], r)
+	}
+	var errs []error
+	for _, f := range []Family{IPv4, IPv6} {
+		ipt := m.ipt[f]
+		if ipt == nil {
+			continue
+		}
+		for _, c := range managedChains {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			k := chainKey{f, c.table, c.chain}
+			if err := m.syncChain(ipt, k, by[k]); err != nil {
+				errs = append(errs, fmt.Errorf("%s %s/%s: %w", f, c.table, c.chain, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// listRules returns the "-A" lines of a chain.
+func listRules(ipt IPTables, k chainKey) ([]string, error) {
+	lines, err := ipt.List(k.Table, k.Chain)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "-A ") {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+func (m *Manager) syncChain(ipt IPTables, k chainKey, want []Rule) error {
+	lines, err := listRules(ipt, k)
+	if err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	wanted := map[string]bool{}
+	for _, r := range want {
+		wanted[r.Comment] = true
+	}
+	// Rules a previous configuration (or a crashed instance) installed.
+	var errs []error
+	removed := 0
+	for _, l := range lines {
+		c := ruleComment(l)
+		if c == "" || wanted[c] {
+			continue
+		}
+		_, spec, err := parseRuleLine(l)
+		if err == nil {
+			err = ipt.Delete(k.Table, k.Chain, spec...)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("delete stale rule %q: %w", l, err))
+			continue
+		}
+		removed++
+		m.log.Info("removed stale rule", zap.Stringer("family", k.Family), zap.String("table", k.Table),
+			zap.String("chain", k.Chain), zap.String("rule", l))
+	}
+	if len(want) == 0 {
+		return errors.Join(errs...)
+	}
+	if removed > 0 {
+		if lines, err = listRules(ipt, k); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("list: %w", err))...)
+		}
+	}
+	// The wanted rules must be the first len(want) rules, in order, each
+	// once. From the first one out of place on, delete every copy and
+	// insert it at its position.
+	count := map[string]int{}
+	for _, l := range lines {
+		if c := ruleComment(l); c != "" {
+			count[c]++
+		}
+	}
+	first := len(want)
+	for i, r := range want {
+		if i >= len(lines) || ruleComment(lines[i]) != r.Comment || count[r.Comment] != 1 {
+			first = i
+			break
+		}
+	}
+	for i := first; i < len(want); i++ {
+		r := want[i]
+		for n := 0; n < count[r.Comment]; n++ {
+			if err := ipt.Delete(k.Table, k.Chain, r.Spec...); err != nil {
+				errs = append(errs, fmt.Errorf("delete misplaced %s: %w", r, err))
+				break
+			}
+		}
+		if err := ipt.Insert(k.Table, k.Chain, i+1, r.Spec...); err != nil {
+			errs = append(errs, fmt.Errorf("insert %s: %w", r, err))
+			continue
+		}
+		if count[r.Comment] == 0 {
+			m.log.Info("installed rule", zap.String("rule", r.String()))
+		}
+	}
+	return errors.Join(errs...)
+}
