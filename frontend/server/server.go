@@ -1,0 +1,354 @@
+// Package server owns the frontend's DNS sockets: UDP (several SO_REUSEPORT
+// sockets per address, recvmmsg/sendmmsg batches) and TCP (RFC 7766) on every
+// listen address. Everything DNS is left to a Handler.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// ErrStarted is returned by Start on a Server that was already started.
+var ErrStarted = errors.New("server already started")
+
+// Server serves a Handler over UDP and TCP. Create it with New, then Start;
+// Shutdown stops it.
+type Server struct {
+	cfg Config      // with defaults applied
+	h   Handler     // always non-nil
+	log *zap.Logger // always non-nil
+	m   *serverMetrics
+
+	inflight atomic.Int64 // misses running; bounded by cfg.MaxInflight
+	tcpCount atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
+	stopping atomic.Bool  // set once by StopReading
+
+	// slowCtx is passed to ServeSlow; cancelled when Shutdown's context
+	// ends before the in-flight misses do.
+	slowCtx    context.Context
+	slowCancel context.CancelFunc
+
+	jobs sync.Pool // *missJob
+	// bigBufs holds maxMessage-sized buffers (*[]byte) for TCP hits, so
+	// that an idle connection does not pin 64 KiB.
+	bigBufs sync.Pool
+
+	readers sync.WaitGroup // UDP readers, accept loops, TCP connections
+	misses  sync.WaitGroup // UDP misses (TCP ones are waited for by their connection)
+
+	mu        sync.Mutex // guards the fields below
+	started   bool
+	udp       []*udpSocket
+	tcp       []net.Listener
+	conns     map[*tcpConn]struct{}
+	addrs     []string
+	closeOnce sync.Once
+}
+
+// New returns a Server for cfg that answers with h. Metrics are registered
+// on reg. It binds nothing: Start does.
+func New(cfg Config, h Handler, log *zap.Logger, reg prometheus.Registerer) (*Server, error) {
+	if h == nil {
+		return nil, errors.New("server: nil handler")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{
+		cfg:   cfg.withDefaults(),
+		h:     h,
+		log:   log,
+		m:     newMetrics(reg),
+		conns: make(map[*tcpConn]struct{}),
+	}
+	s.slowCtx, s.slowCancel = context.WithCancel(context.Background())
+	s.jobs.New = func() any { return newMissJob(s) }
+	s.bigBufs.New = func() any { b := make([]byte, 0, maxMessage); return &b }
+	return s, nil
+}
+
+// Start binds (or adopts from Config.Inherited) every listen address over
+// UDP and TCP and starts serving. On failure nothing stays bound and the
+// error names the address.
+func (s *Server) Start() (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return ErrStarted
+	}
+	s.started = true
+	defer func() {
+		if err != nil {
+			s.closeSockets()
+		}
+	}()
+	inh, err := adoptInherited(s.cfg.Inherited)
+	if err != nil {
+		return err
+	}
+	defer inh.closeUnused(s.log)
+	for _, a := range s.cfg.Listen {
+		addr, err := s.bind(a, inh)
+		if err != nil {
+			return err
+		}
+		s.addrs = append(s.addrs, addr)
+	}
+	for _, u := range s.udp {
+		s.readers.Add(1)
+		go u.serve()
+	}
+	for _, l := range s.tcp {
+		s.readers.Add(1)
+		go s.acceptLoop(l)
+	}
+	s.log.Info("serving", zap.Strings("addrs", s.addrs), zap.Int("udp_sockets_per_addr", s.cfg.UDPSockets))
+	return nil
+}
+
+// bind opens the UDP sockets and the TCP listener of one address. Port 0
+// picks a port free for both transports.
+func (s *Server) bind(a string, inh *inherited) (string, error) {
+	ua, err := parseAddr(a)
+	if err != nil {
+		return "", err
+	}
+	for attempt := 0; ; attempt++ {
+		addr, err := s.bindOnce(ua, inh)
+		if err == nil || ua.Port != 0 || attempt >= 10 {
+			if err != nil {
+				return "", fmt.Errorf("listen %s: %w", a, err)
+			}
+			return addr, nil
+		}
+	}
+}
+
+func (s *Server) bindOnce(ua *net.UDPAddr, inh *inherited) (string, error) {
+	ctx := context.Background()
+	lc := listenConfig(s.cfg.FreeBind)
+	var socks []*udpSocket
+	fail := func(err error) (string, error) {
+		for _, u := range socks {
+			_ = u.conn.Close()
+		}
+		return "", err
+	}
+	port := ua.Port
+	for _, pc := range inh.takeUDP(ua) {
+		u, err := newUDPSocket(s, pc)
+		if err != nil {
+			_ = pc.Close()
+			return fail(err)
+		}
+		port = pc.LocalAddr().(*net.UDPAddr).Port
+		socks = append(socks, u)
+	}
+	for len(socks) < s.cfg.UDPSockets {
+		bindAt := net.JoinHostPort(ua.IP.String(), fmt.Sprint(port))
+		pc, err := lc.ListenPacket(ctx, family(ua.IP, "udp"), bindAt)
+		if err != nil {
+			return fail(fmt.Errorf("udp: %w", err))
+		}
+		u, err := newUDPSocket(s, pc.(*net.UDPConn))
+		if err != nil {
+			_ = pc.Close()
+			return fail(err)
+		}
+		port = pc.LocalAddr().(*net.UDPAddr).Port
+		socks = append(socks, u)
+	}
+	bound := net.JoinHostPort(ua.IP.String(), fmt.Sprint(port))
+	var l net.Listener
+	if t := inh.takeTCP(&net.UDPAddr{IP: ua.IP, Port: port}); t != nil {
+		l = t
+	} else {
+		var err error
+		if l, err = lc.Listen(ctx, family(ua.IP, "tcp"), bound); err != nil {
+			return fail(fmt.Errorf("tcp: %w", err))
+		}
+	}
+	s.udp = append(s.udp, socks...)
+	s.tcp = append(s.tcp, l)
+	return bound, nil
+}
+
+// Addrs returns the bound addresses (host:port, the same port for UDP and
+// TCP) in the order of Config.Listen, with port 0 resolved.
+func (s *Server) Addrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.addrs...)
+}
+
+// Files returns duplicates of every open socket (UDP sockets and TCP
+// listeners) for a newer instance to serve through Config.Inherited. The
+// caller owns (and closes) the files.
+func (s *Server) Files() ([]*os.File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var files []*os.File
+	for _, u := range s.udp {
+		f, err := u.conn.File()
+		if err != nil {
+			closeFiles(files)
+			return nil, fmt.Errorf("dup udp %s: %w", u.local, err)
+		}
+		files = append(files, f)
+	}
+	for _, l := range s.tcp {
+		f, err := l.(*net.TCPListener).File()
+		if err != nil {
+			closeFiles(files)
+			return nil, fmt.Errorf("dup tcp %s: %w", l.Addr(), err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}
+
+// StopReading stops reading queries and accepting connections without
+// closing any socket: queries already read are still answered, queries not
+// yet read stay queued in the kernel for whoever else reads the socket (a
+// newer instance holding the same sockets). Shutdown calls it.
+func (s *Server) StopReading() {
+	if s.stopping.Swap(true) {
+		return
+	}
+	past := time.Unix(1, 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, u := range s.udp {
+		_ = u.conn.SetReadDeadline(past)
+	}
+	for _, l := range s.tcp {
+		_ = l.(*net.TCPListener).SetDeadline(past)
+	}
+	for c := range s.conns {
+		_ = c.conn.SetReadDeadline(past)
+	}
+}
+
+// Shutdown stops reading, waits for the queries in flight to be answered
+// and closes every socket. When ctx ends first, the misses still running
+// have their context cancelled, TCP connections are closed, and ctx's
+// error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.StopReading()
+	done := make(chan struct{})
+	go func() {
+		s.readers.Wait()
+		s.misses.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("shutdown: %d queries still in flight: %w", s.inflight.Load(), ctx.Err())
+		s.slowCancel()
+		s.mu.Lock()
+		for c := range s.conns {
+			_ = c.conn.Close()
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.closeSockets()
+	s.mu.Unlock()
+	s.slowCancel()
+	return err
+}
+
+// closeSockets closes every socket. s.mu must be held.
+func (s *Server) closeSockets() {
+	s.closeOnce.Do(func() {
+		for _, u := range s.udp {
+			_ = u.conn.Close()
+		}
+		for _, l := range s.tcp {
+			_ = l.Close()
+		}
+	})
+}
+
+// acquire takes an in-flight slot for a miss; false means overloaded.
+func (s *Server) acquire() bool {
+	if s.inflight.Add(1) > int64(s.cfg.MaxInflight) {
+		s.inflight.Add(-1)
+		s.m.overloaded.Inc()
+		return false
+	}
+	s.m.inflight.Inc()
+	return true
+}
+
+func (s *Server) release() {
+	s.inflight.Add(-1)
+	s.m.inflight.Dec()
+}
+
+// serveFast calls the handler's ServeFast; a panic or a response that no
+// transport can carry becomes SERVFAIL.
+func (s *Server) serveFast(dst, req []byte, p Proto) (resp []byte, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.recovered(r, req)
+			resp, ok = servfail(dst, req), true
+		}
+	}()
+	resp, ok = s.h.ServeFast(dst, req, p)
+	if len(resp) > maxMessage {
+		resp = servfail(dst, req)
+	}
+	return resp, ok
+}
+
+// serveSlow calls the handler's ServeSlow with the same protections.
+func (s *Server) serveSlow(dst, req []byte, p Proto) (resp []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.recovered(r, req)
+			resp = servfail(dst, req)
+		}
+	}()
+	resp = s.h.ServeSlow(s.slowCtx, dst, req, p)
+	if len(resp) > maxMessage {
+		resp = servfail(dst, req)
+	}
+	return resp
+}
+
+// overloaded calls the handler's Overloaded with the same protections.
+func (s *Server) overloaded(dst, req []byte) (resp []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.recovered(r, req)
+			resp = servfail(dst, req)
+		}
+	}()
+	return s.h.Overloaded(dst, req)
+}
+
+func (s *Server) recovered(r any, req []byte) {
+	s.m.panics.Inc()
+	s.log.Error("handler panic; answered SERVFAIL", zap.Any("panic", r), zap.Binary("query", req), zap.Stack("stack"))
+}

@@ -1,0 +1,167 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// acceptLoop accepts TCP connections on l until StopReading.
+func (s *Server) acceptLoop(l net.Listener) {
+	defer s.readers.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if s.stopping.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.m.tcpReadErr.Inc()
+			s.log.Debug("tcp accept", zap.String("addr", l.Addr().String()), zap.Error(err))
+			// Out of file descriptors and the like: do not spin.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if s.tcpCount.Add(1) > int64(s.cfg.MaxTCPConns) {
+			s.tcpCount.Add(-1)
+			s.m.tcpRejected.Inc()
+			_ = c.Close()
+			continue
+		}
+		tc := &tcpConn{s: s, conn: c}
+		s.mu.Lock()
+		if s.stopping.Load() {
+			s.mu.Unlock()
+			s.tcpCount.Add(-1)
+			_ = c.Close()
+			return
+		}
+		s.conns[tc] = struct{}{}
+		s.mu.Unlock()
+		s.m.tcpConns.Inc()
+		s.readers.Add(1)
+		go tc.serve()
+	}
+}
+
+// tcpConn is one client connection (RFC 7766): queries are read in order
+// and answered as they resolve, hits inline, misses on goroutines, so a
+// pipelined slow query does not hold up the ones behind it (section 6.2.1.1).
+type tcpConn struct {
+	s       *Server
+	conn    net.Conn
+	pending sync.WaitGroup // misses whose answer is not written yet
+	npend   atomic.Int32
+	wmu     sync.Mutex // serialises writes: one message at a time
+	hdr     [2]byte    // length prefix, guarded by wmu
+}
+
+func (c *tcpConn) serve() {
+	s := c.s
+	defer s.readers.Done()
+	defer func() {
+		c.pending.Wait()
+		_ = c.conn.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.tcpCount.Add(-1)
+		s.m.tcpConns.Dec()
+	}()
+	var lenBuf [2]byte
+	req := make([]byte, 0, 512)
+	for {
+		if s.stopping.Load() {
+			return
+		}
+		_ = c.conn.SetReadDeadline(time.Now().Add(s.cfg.TCPIdleTimeout))
+		if _, err := io.ReadFull(c.conn, lenBuf[:]); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && c.npend.Load() > 0 && !s.stopping.Load() {
+				continue // idle only once every answer is out
+			}
+			c.readErr(err)
+			return
+		}
+		n := int(binary.BigEndian.Uint16(lenBuf[:]))
+		if cap(req) < n {
+			req = make([]byte, 0, n)
+		}
+		req = req[:n]
+		if _, err := io.ReadFull(c.conn, req); err != nil {
+			c.readErr(err)
+			return
+		}
+		s.m.tcpIn.Inc()
+		if n < headerLen {
+			s.m.dropped.Inc()
+			continue
+		}
+		bp := s.bigBufs.Get().(*[]byte)
+		resp, ok := s.serveFast((*bp)[:0], req, TCP)
+		if !ok {
+			if s.acquire() {
+				c.miss(req)
+			} else {
+				c.write(s.overloaded((*bp)[:0], req))
+			}
+		} else {
+			c.write(resp)
+		}
+		s.bigBufs.Put(bp)
+	}
+}
+
+// readErr counts a read error unless it is the normal end of a connection.
+func (c *tcpConn) readErr(err error) {
+	if errors.Is(err, io.EOF) || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
+		return
+	}
+	c.s.m.tcpReadErr.Inc()
+	c.s.log.Debug("tcp read", zap.String("remote", c.conn.RemoteAddr().String()), zap.Error(err))
+}
+
+func (c *tcpConn) miss(req []byte) {
+	j := c.s.jobs.Get().(*missJob)
+	j.c = c
+	j.req = append(j.req[:0], req...)
+	c.pending.Add(1)
+	c.npend.Add(1)
+	go j.runTCP()
+}
+
+func (j *missJob) runTCP() {
+	s, c := j.s, j.c
+	resp := s.serveSlow(j.dst, j.req, TCP)
+	s.release()
+	c.write(resp)
+	c.npend.Add(-1)
+	c.pending.Done()
+	j.put()
+}
+
+// write sends one length-prefixed message (RFC 1035 section 4.2.2) with a
+// single writev. Responses are already bounded to maxMessage by serveFast
+// and serveSlow.
+func (c *tcpConn) write(resp []byte) {
+	if len(resp) == 0 {
+		return
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	binary.BigEndian.PutUint16(c.hdr[:], uint16(len(resp)))
+	bufs := net.Buffers{c.hdr[:], resp}
+	// A client that stops reading must not hold a goroutine forever.
+	_ = c.conn.SetWriteDeadline(time.Now().Add(c.s.cfg.TCPIdleTimeout))
+	if _, err := bufs.WriteTo(c.conn); err != nil {
+		c.s.m.tcpWriteErr.Inc()
+		c.s.log.Debug("tcp write", zap.String("remote", c.conn.RemoteAddr().String()), zap.Error(err))
+		return
+	}
+	c.s.m.tcpOut.Inc()
+}

@@ -1,0 +1,338 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"unsafe"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// udpSocket is one SO_REUSEPORT UDP socket and everything its reader
+// goroutine needs to read a batch with recvmmsg and answer the hits with
+// sendmmsg without allocating. All fields except conn and local belong to
+// the reader goroutine; miss goroutines only use rc (sendto) and metrics.
+type udpSocket struct {
+	s     *Server
+	conn  *net.UDPConn
+	rc    syscall.RawConn
+	local string
+
+	// Read side: message i reads into rbuf[i*maxUDPRequest:] and its
+	// source address into names[i].
+	rhdr  []unix.Mmsghdr
+	riov  []unix.Iovec
+	names []unix.RawSockaddrInet6
+	rbuf  []byte
+
+	// Write side: the hits of one batch are copied into arena (never
+	// grown, so the iovecs stay valid) and sent with one sendmmsg.
+	whdr    []unix.Mmsghdr
+	wiov    []unix.Iovec
+	arena   []byte
+	pending int
+
+	// scratch is the dst of ServeFast (capacity maxMessage per contract).
+	scratch []byte
+
+	// Results of the last syscall, set inside the RawConn callbacks that
+	// are built once (method values) so that calling them allocates nothing.
+	readFn, writeFn func(fd uintptr) bool
+	nread           int
+	rerr            syscall.Errno
+	wfrom, wsent    int
+	werr            syscall.Errno
+}
+
+// arenaPerMessage sizes the write arena: most answers fit, and a batch
+// whose answers do not is flushed early rather than grown.
+const arenaPerMessage = 1232
+
+func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("udp %s: %w", c.LocalAddr(), err)
+	}
+	n := s.cfg.BatchSize
+	u := &udpSocket{
+		s:       s,
+		conn:    c,
+		rc:      rc,
+		local:   c.LocalAddr().String(),
+		rhdr:    make([]unix.Mmsghdr, n),
+		riov:    make([]unix.Iovec, n),
+		names:   make([]unix.RawSockaddrInet6, n),
+		rbuf:    make([]byte, n*maxUDPRequest),
+		whdr:    make([]unix.Mmsghdr, n),
+		wiov:    make([]unix.Iovec, n),
+		arena:   make([]byte, 0, n*arenaPerMessage),
+		scratch: make([]byte, 0, maxMessage),
+	}
+	for i := range n {
+		u.riov[i].Base = &u.rbuf[i*maxUDPRequest]
+		u.riov[i].SetLen(maxUDPRequest)
+		h := &u.rhdr[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&u.names[i]))
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Iov = &u.riov[i]
+		h.SetIovlen(1)
+		u.whdr[i].Hdr.Iov = &u.wiov[i]
+		u.whdr[i].Hdr.SetIovlen(1)
+	}
+	u.readFn = u.recvmmsg
+	u.writeFn = u.sendmmsg
+	return u, nil
+}
+
+// recvmmsg reads up to a batch without blocking; false asks the runtime
+// poller to wait until the socket is readable.
+func (u *udpSocket) recvmmsg(fd uintptr) bool {
+	for {
+		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rhdr[0])),
+			uintptr(len(u.rhdr)), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			u.nread, u.rerr = int(r), 0
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			u.nread, u.rerr = 0, e
+			return true
+		}
+	}
+}
+
+// sendmmsg sends whdr[wfrom:pending]; false waits until writable.
+func (u *udpSocket) sendmmsg(fd uintptr) bool {
+	for {
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&u.whdr[u.wfrom])),
+			uintptr(u.pending-u.wfrom), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			u.wsent, u.werr = int(r), 0
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			u.wsent, u.werr = 0, e
+			return true
+		}
+	}
+}
+
+// serve is the socket's reader goroutine.
+func (u *udpSocket) serve() {
+	s := u.s
+	defer s.readers.Done()
+	for {
+		if err := u.rc.Read(u.readFn); err != nil {
+			if s.stopping.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.m.udpReadErr.Inc()
+			s.log.Debug("udp read", zap.String("addr", u.local), zap.Error(err))
+			continue
+		}
+		if u.rerr != 0 {
+			s.m.udpReadErr.Inc()
+			if ce := s.log.Check(zap.DebugLevel, "udp read"); ce != nil {
+				ce.Write(zap.String("addr", u.local), zap.Error(u.rerr))
+			}
+			continue
+		}
+		u.handleBatch(u.nread)
+	}
+}
+
+// handleBatch answers the n datagrams just read: hits and refusals go out
+// in one sendmmsg at the end, misses on goroutines of their own.
+func (u *udpSocket) handleBatch(n int) {
+	s := u.s
+	s.m.udpIn.Add(float64(n))
+	s.m.batch.Observe(float64(n))
+	u.arena, u.pending = u.arena[:0], 0
+	for i := range n {
+		h := &u.rhdr[i]
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 || h.Len < headerLen {
+			s.m.dropped.Inc()
+			continue
+		}
+		off := i * maxUDPRequest
+		req := u.rbuf[off : off+int(h.Len) : off+maxUDPRequest]
+		resp, ok := s.serveFast(u.scratch, req, UDP)
+		if !ok {
+			if s.acquire() {
+				u.miss(req, i)
+			} else {
+				u.queue(s.overloaded(u.scratch, req), i)
+			}
+		} else {
+			u.queue(resp, i)
+		}
+	}
+	u.flush()
+	// The kernel overwrote Namelen of the messages it filled; restore it
+	// for the next read (it will refill only up to this many).
+	for i := range n {
+		u.rhdr[i].Hdr.Namelen = unix.SizeofSockaddrInet6
+	}
+}
+
+// queue adds the answer to message i to the pending sendmmsg.
+func (u *udpSocket) queue(resp []byte, i int) {
+	if len(resp) == 0 {
+		return
+	}
+	if len(resp) > cap(u.arena)-len(u.arena) {
+		u.flush()
+		if len(resp) > cap(u.arena) {
+			u.sendOne(resp, i)
+			return
+		}
+	}
+	off := len(u.arena)
+	u.arena = append(u.arena, resp...)
+	p := u.pending
+	u.wiov[p].Base = &u.arena[off]
+	u.wiov[p].SetLen(len(resp))
+	w := &u.whdr[p].Hdr
+	w.Name = (*byte)(unsafe.Pointer(&u.names[i]))
+	w.Namelen = u.rhdr[i].Hdr.Namelen
+	u.pending++
+}
+
+// flush sends the pending answers, skipping over a message the kernel
+// refuses so that one bad destination does not cost the rest.
+func (u *udpSocket) flush() {
+	s := u.s
+	u.wfrom = 0
+	for u.wfrom < u.pending {
+		if err := u.rc.Write(u.writeFn); err != nil {
+			s.m.udpWriteErr.Add(float64(u.pending - u.wfrom))
+			s.log.Debug("udp write", zap.String("addr", u.local), zap.Error(err))
+			break
+		}
+		if u.werr != 0 {
+			s.m.udpWriteErr.Inc()
+			if ce := s.log.Check(zap.DebugLevel, "udp write"); ce != nil {
+				ce.Write(zap.String("addr", u.local), zap.Error(u.werr))
+			}
+			u.wfrom++
+			continue
+		}
+		s.m.udpOut.Add(float64(u.wsent))
+		u.wfrom += u.wsent
+	}
+	u.arena, u.pending = u.arena[:0], 0
+}
+
+// sendOne sends an answer too large for the arena on its own.
+func (u *udpSocket) sendOne(resp []byte, i int) {
+	var errno syscall.Errno
+	name := u.names[i]
+	namelen := u.rhdr[i].Hdr.Namelen
+	err := u.rc.Write(func(fd uintptr) bool {
+		errno = sendto(fd, resp, &name, namelen)
+		return errno != unix.EAGAIN
+	})
+	u.s.countSend(u, err, errno)
+}
+
+func (s *Server) countSend(u *udpSocket, err error, errno syscall.Errno) {
+	if err == nil && errno != 0 {
+		err = errno
+	}
+	if err != nil {
+		s.m.udpWriteErr.Inc()
+		if ce := s.log.Check(zap.DebugLevel, "udp write"); ce != nil {
+			ce.Write(zap.String("addr", u.local), zap.Error(err))
+		}
+		return
+	}
+	s.m.udpOut.Inc()
+}
+
+// sendto sends one datagram without blocking.
+func sendto(fd uintptr, b []byte, name *unix.RawSockaddrInet6, namelen uint32) syscall.Errno {
+	for {
+		_, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+			unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(name)), uintptr(namelen))
+		if e != unix.EINTR {
+			return e
+		}
+	}
+}
+
+// miss hands message i to a goroutine that resolves it and answers with
+// sendto. The in-flight slot is already taken.
+func (u *udpSocket) miss(req []byte, i int) {
+	j := u.s.jobs.Get().(*missJob)
+	j.u = u
+	j.req = append(j.req[:0], req...)
+	j.name = u.names[i]
+	j.namelen = u.rhdr[i].Hdr.Namelen
+	u.s.misses.Add(1)
+	go j.runUDP()
+}
+
+// missJob carries one miss; jobs are recycled through Server.jobs.
+type missJob struct {
+	s       *Server
+	u       *udpSocket // UDP misses
+	c       *tcpConn   // TCP misses
+	req     []byte
+	dst     []byte
+	name    unix.RawSockaddrInet6
+	namelen uint32
+	resp    []byte
+	errno   syscall.Errno
+	writeFn func(fd uintptr) bool
+}
+
+// missBufSize is the starting capacity of a miss's request and response
+// buffers; ServeSlow appends, so larger answers grow them.
+const missBufSize = 1232
+
+func newMissJob(s *Server) *missJob {
+	j := &missJob{s: s, req: make([]byte, 0, missBufSize), dst: make([]byte, 0, missBufSize)}
+	j.writeFn = j.sendto
+	return j
+}
+
+func (j *missJob) sendto(fd uintptr) bool {
+	j.errno = sendto(fd, j.resp, &j.name, j.namelen)
+	return j.errno != unix.EAGAIN
+}
+
+func (j *missJob) runUDP() {
+	s, u := j.s, j.u
+	defer s.misses.Done()
+	resp := s.serveSlow(j.dst, j.req, UDP)
+	s.release()
+	if len(resp) > 0 {
+		j.resp = resp
+		err := u.rc.Write(j.writeFn)
+		s.countSend(u, err, j.errno)
+	}
+	j.put()
+}
+
+// put returns j to the pool. The response is not kept: it may have grown
+// past what is worth pooling.
+func (j *missJob) put() {
+	if cap(j.req) > 4*missBufSize {
+		j.req = make([]byte, 0, missBufSize)
+	}
+	j.u, j.c, j.resp, j.errno = nil, nil, nil, 0
+	j.dst = j.dst[:0]
+	j.s.jobs.Put(j)
+}
+
