@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runBackendEnv makes the test binary act as nodedns-backend (TestMain): the
+// tests run the code under test as a separate process without linking CoreDNS
+// a second time. NODEDNS_BACKEND_BIN runs a built binary instead.
+const runBackendEnv = "NODEDNS_TEST_RUN_BACKEND"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runBackendEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// backendCommand returns the command that runs the backend with args.
+func backendCommand(ctx context.Context, args ...string) *exec.Cmd {
+	if bin := os.Getenv("NODEDNS_BACKEND_BIN"); bin != "" {
+		return exec.CommandContext(ctx, bin, args...)
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), runBackendEnv+"=1")
+	return cmd
+}
+
+// backend is a running nodedns-backend process.
+type backend struct {
+	DNS, Fallback          string // host:port, UDP and TCP
+	Health, Ready, Metrics string // host:port, HTTP
+	cmd                    *exec.Cmd
+	log                    *syncBuffer
+	done                   chan error // receives Wait's result
+}
+
+// backendPorts picks free loopback ports for the listeners of one backend
+// and returns them with the environment that points the default Corefile's
+// variables at them.
+func backendPorts(t testing.TB) (*backend, []string) {
+	t.Helper()
+	b := &backend{
+		DNS:      freeAddr(t),
+		Fallback: freeAddr(t),
+		Health:   freeAddr(t),
+		Ready:    freeAddr(t),
+		Metrics:  freeAddr(t),
+	}
+	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
+	env := []string{
+		"NODEDNS_BIND=127.0.0.1",
+		"NODEDNS_PORT=" + port(b.DNS),
+		"NODEDNS_FALLBACK_PORT=" + port(b.Fallback),
+		"NODEDNS_HEALTH=" + b.Health,
+		"NODEDNS_READY=" + b.Ready,
+		"NODEDNS_METRICS=" + b.Metrics,
+	}
+	return b, env
+}
+
+// start runs the backend with corefile and env and waits until /ready
+// answers 200. The process is stopped when the test ends.
+func (b *backend) start(t testing.TB, corefile string, env []string, ready time.Duration) {
+	t.Helper()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "Corefile")
+	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.cmd = backendCommand(context.Background(), "-conf", conf)
+	if b.cmd.Env == nil {
+		b.cmd.Env = os.Environ()
+	}
+	b.cmd.Env = append(b.cmd.Env, env...)
+	b.log = &syncBuffer{}
+	b.cmd.Stdout = b.log
+	b.cmd.Stderr = b.log
+	if err := b.cmd.Start(); err != nil {
+		t.Fatalf("start backend: %v", err)
+	}
+	b.done = make(chan error, 1)
+	go func() { b.done <- b.cmd.Wait() }()
+	t.Cleanup(func() {
+		b.stop()
+		if t.Failed() {
+			t.Logf("backend output:\n%s", b.log.String())
+		}
+	})
+	if err := b.waitReady(ready); err != nil {
+		t.Fatalf("backend not ready: %v\noutput:\n%s", err, b.log.String())
+	}
+}
+
+// stop sends SIGTERM and waits; lameduck is part of the wait.
+func (b *backend) stop() {
+	if b.cmd == nil || b.cmd.Process == nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(15 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	}
+	b.cmd = nil
+}
+
+func (b *backend) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	url := "http://" + b.Ready + "/ready"
+	for {
+		select {
+		case err := <-b.done:
+			b.done <- err
+			return fmt.Errorf("backend exited: %v", err)
+		default:
+		}
+		code, _, err := httpGet(url)
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: code %d, err %v after %v", url, code, err, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func httpGet(url string) (int, string, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(resp.Body)
+	return resp.StatusCode, buf.String(), err
+}
+
+// freeAddr returns a 127.0.0.1 address whose port was free for both TCP and
+// UDP a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		pc, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		return addr
+	}
+	t.Fatal("no free port")
+	return ""
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// metricValue returns the value of the first sample of name in a Prometheus
+// text exposition whose labels contain every string in labels.
+func metricValue(text, name string, labels ...string) (string, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if ok {
+			f := strings.Fields(line)
+			return f[len(f)-1], true
+		}
+	}
+	return "", false
+}
+
+// backendCommandTest runs this test binary (not the backend) with args.
+func backendCommandTest(t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	return exec.Command(os.Args[0], args...)
+}
