@@ -1,0 +1,102 @@
+package cache
+
+import (
+	"encoding/binary"
+
+	"github.com/nodedns/nodedns/frontend/dnswire"
+)
+
+// Kind classifies a cached answer.
+type Kind uint8
+
+// Kinds of answers. Denial and ServFail share the negative capacity.
+const (
+	Success  Kind = iota // NOERROR with records
+	Denial               // NXDOMAIN or NODATA (RFC 2308)
+	ServFail             // a SERVFAIL from the backend (RFC 2308 §7.1)
+	noCache              // answered but never stored
+)
+
+func (k Kind) negative() bool { return k == Denial || k == ServFail }
+
+// Entry is one answer in wire format. It is immutable once built, except
+// for the fields guarded by its shard's mutex, so a hit may copy its bytes
+// after the lock is released.
+type Entry struct {
+	// Guarded by the shard mutex.
+	prev, next  *entry
+	seg         uint8
+	hits        uint32
+	prefetching bool
+
+	hash   uint64
+	data   []byte   // the key, then the packed answer: ID 0, lowercased question, no OPT
+	ttls   []uint16 // offsets of the TTL fields in the packed answer
+	keyLen int
+	kind   Kind
+	ttl    uint32 // seconds, the smallest TTL at insertion
+	stored int64  // unix ns
+	expiry int64  // unix ns: stored + ttl
+	staleT int64  // unix ns: last instant it may be served stale
+}
+
+// entry is the name used inside the package.
+type entry = Entry
+
+func (e *Entry) key() []byte { return e.data[:e.keyLen] }
+func (e *Entry) msg() []byte { return e.data[e.keyLen:] }
+
+// Kind reports what the entry holds.
+func (e *Entry) Kind() Kind { return e.kind }
+
+// write appends to dst[:0] the entry as an answer to q: a copy of the stored
+// bytes patched with the client's ID, RD and CD bits, question case, TTLs
+// reduced by age seconds (or capped at StaleTTL when stale), an OPT record if
+// q had one, and TC with empty record sections when the answer exceeds
+// limit. q's key must equal the entry's key.
+func (e *Entry) write(dst []byte, q *dnswire.Query, age uint32, stale bool, limit int) []byte {
+	msg := e.msg()
+	dst = append(dst[:0], msg...)
+	dst[0], dst[1] = byte(q.ID>>8), byte(q.ID)
+	// QR and AA from the answer; RD from the query (RFC 1035 §4.1.1).
+	dst[2] = 0x80 | msg[2]&0x04 | byte(q.Flags>>8)&0x01
+	// RA and RCODE from the answer; AD only to clients that asked for DNSSEC
+	// data (RFC 6840 §5.8); CD echoed (RFC 4035 §3.2.2).
+	b3 := msg[3]&0x8f | byte(q.Flags)&0x10
+	if q.DO || q.AD() {
+		b3 |= msg[3] & 0x20
+	}
+	dst[3] = b3
+	// The question case as sent (the key holds it lowercased). Names in the
+	// records that point at the question follow it.
+	copy(dst[dnswire.HeaderLen:], q.Name)
+	for _, off := range e.ttls {
+		t := binary.BigEndian.Uint32(msg[off:])
+		switch {
+		case stale:
+			t = min(t, StaleTTL)
+		case t > age:
+			t -= age
+		default:
+			t = 0
+		}
+		binary.BigEndian.PutUint32(dst[off:], t)
+	}
+	size := len(dst)
+	if q.HasOPT {
+		size += dnswire.OPTLen
+	}
+	if size > limit {
+		// RFC 2181 §9: drop whole sections and set TC; the client retries
+		// over TCP.
+		dst = dst[:dnswire.HeaderLen+len(q.Name)+4]
+		dst[2] |= 0x02
+		clear(dst[6:12])
+	}
+	if q.HasOPT {
+		ar := binary.BigEndian.Uint16(dst[10:]) + 1
+		binary.BigEndian.PutUint16(dst[10:], ar)
+		dst = dnswire.AppendOPT(dst, 0, q.DO)
+	}
+	return dst
+}

@@ -1,0 +1,155 @@
+package cache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/frontend/dnswire"
+)
+
+// ErrUnpackable means the backend's answer cannot be turned into wire bytes
+// for the question (an extended rcode without OPT, or a name that does not
+// survive packing).
+var ErrUnpackable = errors.New("answer cannot be packed for the question")
+
+// Set builds an entry for key (from dnswire.Query.Key) from resp, the
+// backend's answer, and stores it when it may be cached. resp is not
+// modified: it may be shared with other callers. The returned entry answers
+// the query through Write even when it was not stored. The caller has
+// checked that resp answers key's question.
+func (c *Cache) Set(key []byte, resp *dns.Msg) (*Entry, error) {
+	e, err := c.build(key, resp, c.now())
+	if err != nil {
+		return nil, err
+	}
+	if e.kind != noCache {
+		c.insert(e)
+	}
+	return e, nil
+}
+
+func (c *Cache) build(key []byte, resp *dns.Msg, now int64) (*Entry, error) {
+	wname := dnswire.KeyName(key)
+	qtype, qclass, _ := dnswire.KeyQuestion(key)
+	name, _, err := dns.UnpackDomainName(wname, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnpackable, err)
+	}
+	if resp.Rcode > 0xf {
+		// The extended bits live in the OPT record, which is per client.
+		return nil, fmt.Errorf("%w: extended rcode %d", ErrUnpackable, resp.Rcode)
+	}
+
+	// A shallow copy: the records are shared and only read by Pack.
+	m := *resp
+	m.Id = 0
+	m.Response = true
+	m.Opcode = dns.OpcodeQuery
+	m.Compress = true
+	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: qclass}}
+	if hasOPT(resp.Extra) {
+		m.Extra = make([]dns.RR, 0, len(resp.Extra)-1)
+		for _, rr := range resp.Extra {
+			if rr.Header().Rrtype != dns.TypeOPT {
+				m.Extra = append(m.Extra, rr)
+			}
+		}
+	}
+	packed, err := m.Pack()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnpackable, err)
+	}
+	if len(packed) < dnswire.HeaderLen+len(wname)+4 || !bytes.Equal(packed[dnswire.HeaderLen:dnswire.HeaderLen+len(wname)], wname) {
+		return nil, fmt.Errorf("%w: question %q packs differently", ErrUnpackable, name)
+	}
+	offs, err := dnswire.TTLOffsets(packed, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnpackable, err)
+	}
+
+	e := &Entry{
+		hash:   maphash.Bytes(c.seed, key),
+		data:   make([]byte, len(key)+len(packed)),
+		ttls:   make([]uint16, len(offs)),
+		keyLen: len(key),
+		stored: now,
+	}
+	copy(e.data, key)
+	copy(e.data[len(key):], packed)
+	copy(e.ttls, offs)
+	msg := e.msg()
+
+	kind, limit := c.classify(&m)
+	ttl := uint32(maxTTL)
+	for _, off := range e.ttls {
+		t := binary.BigEndian.Uint32(msg[off:])
+		if t > maxTTL {
+			t = 0 // RFC 2181 §8: values with the top bit set mean zero
+		}
+		t = min(t, limit)
+		if kind == Success || kind == Denial {
+			t = max(t, secs(c.cfg.MinTTL))
+		}
+		binary.BigEndian.PutUint32(msg[off:], t)
+		ttl = min(ttl, t)
+	}
+	if kind == Denial || kind == ServFail {
+		ttl = limit // the negative TTL holds even with no record to carry it
+	}
+	if ttl == 0 || ttl == maxTTL || resp.Truncated || len(packed) > c.cfg.MaxEntrySize {
+		kind = noCache
+	}
+	e.kind, e.ttl = kind, ttl
+	e.expiry = now + int64(ttl)*int64(time.Second)
+	e.staleT = e.expiry
+	if kind != ServFail {
+		e.staleT += int64(c.cfg.ServeStale)
+	}
+	return e, nil
+}
+
+// classify returns the kind of answer m is and the largest TTL its records
+// may keep.
+func (c *Cache) classify(m *dns.Msg) (Kind, uint32) {
+	switch m.Rcode {
+	case dns.RcodeSuccess, dns.RcodeNameError:
+		if m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0 {
+			return Success, secs(c.cfg.MaxTTL)
+		}
+		// RFC 2308 §5: the negative TTL is the smaller of the SOA's TTL
+		// and its MINIMUM field; without an SOA, do not cache.
+		for _, rr := range m.Ns {
+			if soa, ok := rr.(*dns.SOA); ok {
+				t := min(soa.Hdr.Ttl, soa.Minttl, secs(c.cfg.NegativeMaxTTL))
+				return Denial, max(t, secs(c.cfg.MinTTL))
+			}
+		}
+		return noCache, maxTTL
+	case dns.RcodeServerFailure:
+		if c.cfg.ServfailTTL == 0 || c.cfg.NegativeSize == 0 {
+			return noCache, maxTTL
+		}
+		return ServFail, secs(c.cfg.ServfailTTL)
+	}
+	return noCache, maxTTL
+}
+
+// maxTTL is the largest TTL (RFC 2181 §8).
+const maxTTL = 1<<31 - 1
+
+func secs(d time.Duration) uint32 { return uint32(d / time.Second) }
+
+func hasOPT(rrs []dns.RR) bool {
+	for _, rr := range rrs {
+		if rr.Header().Rrtype == dns.TypeOPT {
+			return true
+		}
+	}
+	return false
+}
