@@ -1,0 +1,160 @@
+package helm
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	"sigs.k8s.io/yaml"
+)
+
+// chartFiles is the chart directory. "all:" keeps _helpers.tpl and
+// .helmignore, which embed skips by default.
+//
+//go:embed all:nodedns
+var chartFiles embed.FS
+
+// chartRoot is the chart's directory inside chartFiles.
+const chartRoot = "nodedns"
+
+// Defaults of Options.
+const (
+	DefaultRelease   = "nodedns"
+	DefaultNamespace = "kube-system"
+)
+
+// Options selects the release a rendering is for. The zero value renders
+// release DefaultRelease in DefaultNamespace.
+type Options struct {
+	Release   string
+	Namespace string
+}
+
+func (o Options) withDefaults() Options {
+	if o.Release == "" {
+		o.Release = DefaultRelease
+	}
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	return o
+}
+
+// Load returns the chart as the Helm SDK sees it.
+func Load() (*chart.Chart, error) {
+	var files []*loader.BufferedFile
+	err := fs.WalkDir(chartFiles, chartRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := chartFiles.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files = append(files, &loader.BufferedFile{Name: strings.TrimPrefix(p, chartRoot+"/"), Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read embedded chart: %w", err)
+	}
+	c, err := loader.LoadFiles(files)
+	if err != nil {
+		return nil, fmt.Errorf("load chart: %w", err)
+	}
+	return c, nil
+}
+
+// ParseValues parses a values file (YAML) into the map Render takes.
+func ParseValues(data string) (map[string]any, error) {
+	v := map[string]any{}
+	if err := yaml.Unmarshal([]byte(data), &v); err != nil {
+		return nil, fmt.Errorf("parse values: %w", err)
+	}
+	return v, nil
+}
+
+// Rendering is the output of one chart rendering.
+type Rendering struct {
+	// Manifests are the rendered objects in Helm's install order, each
+	// with the template it came from.
+	Manifests []releaseutil.Manifest
+	// Notes is the rendered NOTES.txt.
+	Notes string
+}
+
+// Render renders the chart with values over its defaults, as `helm
+// template` and `helm install` do, with the SDK's default capabilities.
+func Render(values map[string]any, opts Options) (*Rendering, error) {
+	opts = opts.withDefaults()
+	c, err := Load()
+	if err != nil {
+		return nil, err
+	}
+	if values == nil {
+		values = map[string]any{}
+	}
+	caps := chartutil.DefaultCapabilities
+	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{
+		Name:      opts.Release,
+		Namespace: opts.Namespace,
+		Revision:  1,
+		IsInstall: true,
+	}, caps)
+	if err != nil {
+		return nil, fmt.Errorf("values: %w", err)
+	}
+	out, err := engine.Render(c, vals)
+	if err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	r := &Rendering{}
+	files := map[string]string{}
+	for name, content := range out {
+		if path.Base(name) == "NOTES.txt" {
+			r.Notes = content
+			continue
+		}
+		files[name] = content
+	}
+	hooks, manifests, err := releaseutil.SortManifests(files, caps.APIVersions, releaseutil.InstallOrder)
+	if err != nil {
+		return nil, fmt.Errorf("sort manifests: %w", err)
+	}
+	if len(hooks) > 0 {
+		return nil, fmt.Errorf("the chart has %d hooks; it is meant to have none", len(hooks))
+	}
+	r.Manifests = manifests
+	return r, nil
+}
+
+// YAML returns the manifests as one multi-document file, as `helm
+// template` prints it.
+func (r *Rendering) YAML() string {
+	var b strings.Builder
+	for _, m := range r.Manifests {
+		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", m.Name, strings.TrimSpace(m.Content))
+	}
+	return b.String()
+}
+
+// Templates lists the chart's template files, sorted.
+func Templates() ([]string, error) {
+	entries, err := fs.ReadDir(chartFiles, chartRoot+"/templates")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names, nil
+}

@@ -1,0 +1,97 @@
+{{/*
+The backend container, shared by the native-sidecar layout (an init
+container with restartPolicy Always) and the plain one (a second container).
+*/}}
+{{- define "nodedns.backendContainer" -}}
+name: backend
+image: "{{ .Values.image.backend.repository }}:{{ include "nodedns.imageTag" . }}"
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- if .Values.backend.nativeSidecar }}
+# A native sidecar: kubelet starts the frontend once the startup probe
+# passes, and stops the backend after the frontend.
+restartPolicy: Always
+{{- end }}
+command: ["nodedns-backend"]
+args:
+  - -conf
+  - /etc/nodedns/Corefile
+  {{- with .Values.backend.extraArgs }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+env:
+  # The Corefile's {$NAME} variables. Set explicitly, so nothing else in the
+  # environment can change them.
+  - name: NODEDNS_BIND
+    value: "127.0.0.1"
+  - name: NODEDNS_PORT
+    value: {{ .Values.backend.port | quote }}
+  - name: NODEDNS_FALLBACK_BIND
+    value: "0.0.0.0"
+  - name: NODEDNS_FALLBACK_PORT
+    value: {{ .Values.backend.fallbackPort | quote }}
+  - name: NODEDNS_CLUSTER_DOMAIN
+    value: {{ .Values.clusterDomain | quote }}
+  - name: NODEDNS_UPSTREAM
+    value: {{ join " " .Values.upstreams | quote }}
+  - name: NODEDNS_HEALTH
+    value: {{ printf ":%v" .Values.backend.healthPort | quote }}
+  - name: NODEDNS_READY
+    value: {{ printf ":%v" .Values.backend.readyPort | quote }}
+  - name: NODEDNS_METRICS
+    value: {{ printf ":%v" .Values.backend.metricsPort | quote }}
+  # Go accepts a plain byte count: the GC works to stay under the limit.
+  - name: GOMEMLIMIT
+    valueFrom:
+      resourceFieldRef:
+        containerName: backend
+        resource: limits.memory
+{{- with .Values.resources.backend }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  readOnlyRootFilesystem: true
+  allowPrivilegeEscalation: false
+  capabilities:
+    drop: ["ALL"]
+  seccompProfile:
+    type: RuntimeDefault
+{{- if .Values.backend.nativeSidecar }}
+# Ready means the kubernetes plugin has synced; until then the frontend is
+# not started. 300 x 1s: a slow API server gets five minutes.
+startupProbe:
+  httpGet:
+    path: /ready
+    port: {{ .Values.backend.readyPort }}
+  periodSeconds: 1
+  timeoutSeconds: 1
+  failureThreshold: 300
+{{- end }}
+livenessProbe:
+  httpGet:
+    path: /health
+    port: {{ .Values.backend.healthPort }}
+  {{- if not .Values.backend.nativeSidecar }}
+  initialDelaySeconds: 60
+  {{- end }}
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 5
+readinessProbe:
+  httpGet:
+    path: /ready
+    port: {{ .Values.backend.readyPort }}
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 3
+volumeMounts:
+  - name: backend-config
+    mountPath: /etc/nodedns
+    readOnly: true
+  {{- with .Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end -}}
