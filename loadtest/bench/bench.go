@@ -1,0 +1,321 @@
+// Package bench runs the side-by-side cache-hit benchmark: the nodedns
+// frontend, unbound, dnsmasq and CoreDNS configured as NodeLocal DNSCache,
+// each in front of the same fake backend, driven by the same dnsperf query
+// file, one after the other in one run.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Row is one server's measurements.
+type Row struct {
+	Server string
+
+	// Saturating dnsperf run, cache warm.
+	Dnsperf   DnsperfResult
+	CPU       time.Duration // server user+system CPU during the run
+	QPerCPU   float64       // queries completed per server CPU second
+	Upstream  int64         // queries that reached the backend during the run (cache misses)
+	Warm      DnsperfResult // the warm-up pass
+	PeakRSS   uint64        // VmHWM at the end, bytes
+	Latency   LatencyResult // fixed-rate run
+	Profile   string        // CPU profile file, if taken
+	ProfError error         // why the profile could not be taken
+}
+
+// Report is the result of a run.
+type Report struct {
+	Config  Config
+	Command string // the command line that produced it
+	Start   time.Time
+	LoadAvg string // /proc/loadavg at the start: other work on the machine skews qps
+	Rows    []Row
+}
+
+// Run benchmarks cfg.Servers one after the other and returns the report.
+// Progress goes to progress. It fails only when a tool is missing or a
+// server cannot be started or stops answering; every process it started
+// is stopped before it returns, also when ctx is cancelled.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkTools(cfg); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return nil, fmt.Errorf("output dir: %w", err)
+	}
+	dir, err := filepath.Abs(cfg.OutDir)
+	if err != nil {
+		return nil, fmt.Errorf("output dir: %w", err)
+	}
+	rep := &Report{Config: cfg, Command: strings.Join(os.Args, " "), Start: time.Now()}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		rep.LoadAvg = strings.TrimSpace(string(b))
+	}
+
+	qs := Queries(cfg.Names)
+	queryFile := filepath.Join(dir, "queries.txt")
+	if err := WriteQueryFile(queryFile, qs); err != nil {
+		return nil, err
+	}
+
+	clientCPU, serverCPU := -1, -1
+	if cfg.Pin {
+		clientCPU, serverCPU = ClientCPU, ServerCPU
+		restore, err := pinSelf(ClientCPU)
+		if err != nil {
+			return nil, err
+		}
+		defer restore()
+	}
+
+	be, err := StartBackend()
+	if err != nil {
+		return nil, err
+	}
+	defer be.Close()
+	fmt.Fprintf(progress, "bench: %d names in %s, backend %s, load average %s\n", len(qs), queryFile, be.Addr, rep.LoadAvg)
+
+	for _, name := range cfg.Servers {
+		r := runner{cfg: cfg, dir: dir, name: name, be: be, qs: qs, queryFile: queryFile,
+			clientCPU: clientCPU, serverCPU: serverCPU, progress: progress}
+		row, err := r.run(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	return rep, nil
+}
+
+// checkTools fails with a precise message when a program is missing.
+func checkTools(cfg Config) error {
+	need := map[string]string{"dnsperf": "Debian package dnsperf"}
+	if cfg.Pin {
+		need["taskset"] = "Debian package util-linux (or run with pinning off)"
+	}
+	for _, s := range cfg.Servers {
+		switch s {
+		case Frontend:
+			need[cfg.FrontendBin] = "run `make build`"
+		case Unbound:
+			need["unbound"] = "Debian package unbound"
+		case Dnsmasq:
+			need["dnsmasq"] = "Debian package dnsmasq-base"
+		case NodeLocal:
+			need[cfg.CoreDNSBin] = "run `make build`"
+		}
+	}
+	var errs []error
+	for prog, hint := range need {
+		if _, err := lookPath(prog); err != nil {
+			errs = append(errs, fmt.Errorf("%s not found (%s)", prog, hint))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runner benchmarks one server.
+type runner struct {
+	cfg                  Config
+	dir, name, queryFile string
+	be                   *Backend
+	qs                   []Query
+	clientCPU, serverCPU int
+	progress             io.Writer
+	port                 int // the server's DNS port, set once it is chosen
+}
+
+// Timeouts of the harness.
+const (
+	// readyTimeout covers a CoreDNS start and the frontend's wait for
+	// the backend's readiness.
+	readyTimeout = 20 * time.Second
+	probeTimeout = 200 * time.Millisecond
+	// warmOutstanding keeps the warm-up pass below every server's limit
+	// of concurrent forwarded queries (dnsmasq's default is 150), so the
+	// pass fills the cache instead of being dropped.
+	warmOutstanding = 50
+)
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.progress, "%-9s "+format+"\n", append([]any{r.name}, args...)...)
+}
+
+func (r *runner) run(ctx context.Context) (Row, error) {
+	row := Row{Server: r.name}
+	dnsPort, err := freePort()
+	if err != nil {
+		return row, err
+	}
+	r.port = dnsPort
+	metricsPort, err := freePort()
+	if err != nil {
+		return row, err
+	}
+	healthPort, err := freePort()
+	if err != nil {
+		return row, err
+	}
+	bh, bp, _ := net.SplitHostPort(r.be.Addr)
+	env := serverEnv{dir: r.dir, port: dnsPort, backend: r.be.Addr, backendHost: bh, backendPort: bp,
+		readyURL: r.be.ReadyURL, metrics: "127.0.0.1:" + strconv.Itoa(metricsPort),
+		health: "127.0.0.1:" + strconv.Itoa(healthPort), cfg: r.cfg}
+	argv, err := serverArgv(r.name, env)
+	if err != nil {
+		return row, err
+	}
+	p, err := startProcess(r.name, argv, r.serverCPU, filepath.Join(r.dir, r.name+".log"))
+	if err != nil {
+		return row, err
+	}
+	defer p.stop()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
+	r.logf("pid %d on %s: %s", p.pid(), addr, strings.Join(argv, " "))
+	if err := r.waitReady(ctx, p, addr); err != nil {
+		return row, err
+	}
+
+	// Warm-up: one pass over the file fills the cache.
+	row.Warm, err = r.dnsperf(ctx, 1, 0, "warm")
+	if err != nil {
+		return row, err
+	}
+	r.logf("warm-up: %d/%d answered, backend saw %d queries", row.Warm.Completed, row.Warm.Sent, r.be.Queries())
+
+	// Saturating run: CPU from /proc before and after.
+	st0, err := p.stat()
+	if err != nil {
+		return row, err
+	}
+	up0 := r.be.Queries()
+	var profDone chan struct{}
+	if r.cfg.Profile && r.name == Frontend {
+		profDone = make(chan struct{})
+		go func() {
+			defer close(profDone)
+			row.Profile, row.ProfError = fetchProfile(ctx, env.metrics, r.cfg.Duration, filepath.Join(r.dir, "frontend.cpu.pprof"))
+		}()
+	}
+	row.Dnsperf, err = r.dnsperf(ctx, 0, r.cfg.Duration, "qps")
+	if err != nil {
+		return row, err
+	}
+	st1, err := p.stat()
+	if err != nil {
+		return row, err
+	}
+	row.Upstream = r.be.Queries() - up0
+	row.CPU = st1.CPU() - st0.CPU()
+	if row.CPU > 0 {
+		row.QPerCPU = float64(row.Dnsperf.Completed) / row.CPU.Seconds()
+	}
+	if profDone != nil {
+		<-profDone
+		if row.ProfError != nil {
+			r.logf("no CPU profile: %v", row.ProfError)
+		}
+	}
+	r.logf("saturated: %.0f qps, %d lost, server CPU %.2fs, %.0f queries per CPU second, %d misses",
+		row.Dnsperf.QPS, row.Dnsperf.Lost, row.CPU.Seconds(), row.QPerCPU, row.Upstream)
+
+	// Fixed-rate run for latency.
+	row.Latency, err = runFixedRate(ctx, addr, r.qs, r.cfg.Rate, r.cfg.Duration)
+	if err != nil {
+		return row, err
+	}
+	r.logf("%d qps: p50 %s p99 %s p99.9 %s, %d/%d lost", r.cfg.Rate, row.Latency.P50, row.Latency.P99,
+		row.Latency.P999, row.Latency.Lost(), row.Latency.Sent)
+
+	if err := p.alive(); err != nil {
+		return row, err
+	}
+	st, err := p.status()
+	if err != nil {
+		return row, err
+	}
+	row.PeakRSS = st.VmHWM
+	return row, nil
+}
+
+func (r *runner) dnsperf(ctx context.Context, passes int, limit time.Duration, phase string) (DnsperfResult, error) {
+	outstanding := dnsperfOutstanding
+	if passes > 0 {
+		outstanding = warmOutstanding
+	}
+	return runDnsperf(ctx, dnsperfArgs{
+		cpu: r.clientCPU, host: "127.0.0.1", port: r.port, queryFile: r.queryFile,
+		passes: passes, limit: limit, logPath: filepath.Join(r.dir, r.name+"."+phase+".dnsperf.txt"),
+		outstanding: outstanding,
+	})
+}
+
+// waitReady polls addr with a query until the server answers it.
+func (r *runner) waitReady(ctx context.Context, p *process, addr string) error {
+	c := &dns.Client{Net: "udp", Timeout: probeTimeout}
+	q := new(dns.Msg)
+	q.SetQuestion(r.qs[0].Name, r.qs[0].Qtype)
+	deadline := time.Now().Add(readyTimeout)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		if err := p.alive(); err != nil {
+			return err
+		}
+		resp, _, err := c.ExchangeContext(ctx, q, addr)
+		if err == nil && resp.Rcode == dns.RcodeSuccess && len(resp.Answer) > 0 {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("answer %s with %d records", dns.RcodeToString[resp.Rcode], len(resp.Answer))
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not answering on %s after %s: %v (log: %s)", addr, readyTimeout, lastErr, p.log.Name())
+}
+
+// fetchProfile saves a CPU profile of duration d from the pprof handler on
+// addr (net/http/pprof) to path.
+func fetchProfile(ctx context.Context, addr string, d time.Duration, path string) (string, error) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("fetch %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("fetch %s: %s (the frontend serves no pprof on its metrics port)", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return "", fmt.Errorf("fetch %s: %w", url, err)
+	}
+	return path, f.Close()
+}

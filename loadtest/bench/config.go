@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Server names, in the order the table lists them.
+const (
+	Frontend  = "frontend"  // bin/nodedns-frontend
+	Unbound   = "unbound"   // Debian unbound, one thread, forwarding over TCP
+	Dnsmasq   = "dnsmasq"   // Debian dnsmasq-base, forwarding over UDP
+	NodeLocal = "nodelocal" // CoreDNS with NodeLocal DNSCache's cache and forward blocks
+)
+
+// AllServers lists every server the bench knows, in table order.
+var AllServers = []string{Frontend, Unbound, Dnsmasq, NodeLocal}
+
+// Config controls one bench run. The zero value is not usable; start from
+// DefaultConfig.
+type Config struct {
+	// Duration of the saturating dnsperf run and of the fixed-rate latency
+	// run, each. Default 10s.
+	Duration time.Duration
+	// Names is the number of distinct names in the query file, and so the
+	// number of cache entries each server holds after the warm-up pass.
+	// Default 10000 (the RSS target is stated for 10,000 cached entries).
+	Names int
+	// Rate is the query rate of the latency run, in queries per second.
+	// Default 20000.
+	Rate int
+	// OutDir receives the query file, server configs, logs, dnsperf output,
+	// profiles and results.txt. Default out/bench.
+	OutDir string
+	// Servers to compare, in table order. Default AllServers.
+	Servers []string
+	// Pin puts every server on ServerCPU and dnsperf, the latency generator
+	// and the fake backend (the harness itself) on ClientCPU. Default true.
+	Pin bool
+	// FrontendBin is the nodedns-frontend binary. Default bin/nodedns-frontend.
+	FrontendBin string
+	// CoreDNSBin is the CoreDNS build run with NodeLocal DNSCache's Corefile.
+	// Default bin/nodedns-backend.
+	CoreDNSBin string
+	// Profile fetches a CPU profile of the frontend over its metrics port
+	// (/debug/pprof/profile) during the saturating run. Default false.
+	Profile bool
+}
+
+// CPUs the processes are pinned to when Config.Pin is set.
+const (
+	ClientCPU = 0
+	ServerCPU = 1
+)
+
+// DefaultConfig returns the configuration `make bench` runs.
+func DefaultConfig() Config {
+	return Config{
+		Duration:    10 * time.Second,
+		Names:       10000,
+		Rate:        20000,
+		OutDir:      "out/bench",
+		Servers:     slices.Clone(AllServers),
+		Pin:         true,
+		FrontendBin: "bin/nodedns-frontend",
+		CoreDNSBin:  "bin/nodedns-backend",
+	}
+}
+
+// ParseServers parses a comma-separated server list ("all" means AllServers)
+// and returns it in table order.
+func ParseServers(s string) ([]string, error) {
+	if s == "" || s == "all" {
+		return slices.Clone(AllServers), nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.Contains(AllServers, n) {
+			return nil, fmt.Errorf("unknown server %q (known: %s)", n, strings.Join(AllServers, ","))
+		}
+		want[n] = true
+	}
+	var out []string
+	for _, n := range AllServers {
+		if want[n] {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Duration < time.Second:
+		return fmt.Errorf("duration %s: must be at least 1s", c.Duration)
+	case c.Names < 100:
+		return fmt.Errorf("names %d: must be at least 100", c.Names)
+	case c.Rate < 100:
+		return fmt.Errorf("rate %d: must be at least 100", c.Rate)
+	case c.OutDir == "":
+		return errors.New("output dir: must not be empty")
+	case len(c.Servers) == 0:
+		return errors.New("servers: none selected")
+	}
+	for _, s := range c.Servers {
+		if !slices.Contains(AllServers, s) {
+			return fmt.Errorf("unknown server %q", s)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// userHZ is the unit of the CPU times in /proc/PID/stat. The kernel reports
+// them in USER_HZ, which is 100 on every Linux architecture Go supports
+// (sysconf(_SC_CLK_TCK) would need cgo to ask).
+const userHZ = 100
+
+// ProcStat holds the CPU times of /proc/PID/stat, in clock ticks.
+type ProcStat struct {
+	Utime, Stime   uint64 // the process (all its threads)
+	Cutime, Cstime uint64 // its waited-for children
+}
+
+// CPU returns user+system time of the process and its children.
+func (s ProcStat) CPU() time.Duration {
+	ticks := s.Utime + s.Stime + s.Cutime + s.Cstime
+	return time.Duration(ticks) * (time.Second / userHZ)
+}
+
+// ParseStat parses the contents of /proc/PID/stat (proc(5)). The command
+// name (field 2) may hold spaces and parentheses, so fields are counted
+// from the last ')'.
+func ParseStat(b []byte) (ProcStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ProcStat{}, errors.New("parse stat: no ')' after the command name")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); utime..cstime are fields 14..17.
+	if len(f) < 15 {
+		return ProcStat{}, fmt.Errorf("parse stat: %d fields after the command name, want at least 15", len(f))
+	}
+	var v [4]uint64
+	for k := range v {
+		n, err := strconv.ParseUint(f[11+k], 10, 64)
+		if err != nil {
+			return ProcStat{}, fmt.Errorf("parse stat field %d: %w", 14+k, err)
+		}
+		v[k] = n
+	}
+	return ProcStat{Utime: v[0], Stime: v[1], Cutime: v[2], Cstime: v[3]}, nil
+}
+
+// ProcStatus holds the memory figures of /proc/PID/status, in bytes.
+type ProcStatus struct {
+	VmHWM uint64 // peak resident set size
+	VmRSS uint64 // current resident set size
+}
+
+// ParseStatus parses the VmHWM and VmRSS lines of /proc/PID/status.
+func ParseStatus(b []byte) (ProcStatus, error) {
+	var s ProcStatus
+	var seen int
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		key, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		var dst *uint64
+		switch key {
+		case "VmHWM":
+			dst = &s.VmHWM
+		case "VmRSS":
+			dst = &s.VmRSS
+		default:
+			continue
+		}
+		f := strings.Fields(val)
+		if len(f) != 2 || f[1] != "kB" {
+			return ProcStatus{}, fmt.Errorf("parse status %s: unexpected value %q", key, val)
+		}
+		n, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return ProcStatus{}, fmt.Errorf("parse status %s: %w", key, err)
+		}
+		*dst = n * 1024
+		seen++
+	}
+	if seen != 2 {
+		return ProcStatus{}, errors.New("parse status: VmHWM or VmRSS missing (kernel thread or exited process?)")
+	}
+	return s, nil
+}
+
+// process is a child the harness started and must stop.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	log    *os.File
+	exited chan struct{} // closed when Wait returned; then err is set
+	err    error
+}
+
+// stopGrace is how long a child gets between SIGTERM and SIGKILL.
+const stopGrace = 3 * time.Second
+
+// startProcess runs argv with stdout and stderr in logPath, pinned to cpu
+// (through taskset, which execs the command in place so the PID is the
+// server's own) unless cpu < 0. The child is killed if the harness dies.
+func startProcess(name string, argv []string, cpu int, logPath string) (*process, error) {
+	bin, err := lookPath(argv[0])
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	argv = append([]string{bin}, argv[1:]...)
+	if cpu >= 0 {
+		argv = append([]string{"taskset", "--cpu-list", strconv.Itoa(cpu)}, argv...)
+	}
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout = log
+	cmd.Stderr = log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start %s (%s): %w", name, strings.Join(argv, " "), err)
+	}
+	p := &process{name: name, cmd: cmd, log: log, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// alive returns an error if the process has exited.
+func (p *process) alive() error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%s exited: %v (log: %s)", p.name, p.err, p.log.Name())
+	default:
+		return nil
+	}
+}
+
+func (p *process) stat() (ProcStat, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid()), "stat"))
+	if err != nil {
+		return ProcStat{}, fmt.Errorf("%s: %w", p.name, err)
+	}
+	return ParseStat(b)
+}
+
+func (p *process) status() (ProcStatus, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid()), "status"))
+	if err != nil {
+		return ProcStatus{}, fmt.Errorf("%s: %w", p.name, err)
+	}
+	return ParseStatus(b)
+}
+
+// stop sends SIGTERM, then SIGKILL after stopGrace, and waits for the exit.
+func (p *process) stop() {
+	defer p.log.Close()
+	if p.alive() != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(stopGrace):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// pinSelf moves every thread of the harness to cpu and returns a function
+// restoring the previous affinity. Threads created later inherit the
+// affinity of the thread creating them, so the whole process stays on cpu.
+func pinSelf(cpu int) (restore func(), err error) {
+	var old unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return nil, fmt.Errorf("get affinity: %w", err)
+	}
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := setAllThreads(&set); err != nil {
+		return nil, fmt.Errorf("pin harness to CPU %d: %w", cpu, err)
+	}
+	return func() { _ = setAllThreads(&old) }, nil
+}
+
+func setAllThreads(set *unix.CPUSet) error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, set); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
+		}
+	}
+	return errors.Join(errs...)
+}

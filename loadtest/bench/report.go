@@ -1,0 +1,96 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Targets of the frontend, checked by ratios measured side by side.
+const (
+	targetVsUnbound   = 1.25             // queries per CPU second, frontend / unbound
+	targetVsNodeLocal = 2.0              // queries per CPU second, frontend / NodeLocal DNSCache
+	targetRSS         = 15 << 20         // peak RSS with targetRSSNames cached
+	targetRSSNames    = 10000            // cache entries the RSS target is stated for
+	mib               = float64(1 << 20) // bytes per MiB
+)
+
+// Row returns the row of server, or nil.
+func (r *Report) Row(server string) *Row {
+	for i := range r.Rows {
+		if r.Rows[i].Server == server {
+			return &r.Rows[i]
+		}
+	}
+	return nil
+}
+
+// WriteTable prints the comparison table, the frontend's targets as
+// measured ratios, and how the numbers were made.
+func (r *Report) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	c := r.Config
+	fmt.Fprintf(&b, "Cache-hit benchmark, %s, %d names (A/AAAA, 1%% NXDOMAIN), %s per run, pinning %v, load average at start %s\n",
+		r.Start.UTC().Format(time.RFC3339), c.Names, c.Duration, c.Pin, r.LoadAvg)
+	fmt.Fprintf(&b, "command: %s\n\n", r.Command)
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "server\tqps\tserver CPU s\tq/CPU-s\tvs unbound\tpeak RSS MiB\tp50 @%dk\tp99 @%dk\tlost\tmisses\t\n", c.Rate/1000, c.Rate/1000)
+	unbound := r.Row(Unbound)
+	for _, row := range r.Rows {
+		ratio := "-"
+		if unbound != nil && unbound.QPerCPU > 0 {
+			ratio = fmt.Sprintf("%.2fx", row.QPerCPU/unbound.QPerCPU)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.0f\t%s\t%.1f\t%s\t%s\t%d+%d\t%d\t\n",
+			row.Server, row.Dnsperf.QPS, row.CPU.Seconds(), row.QPerCPU, ratio,
+			float64(row.PeakRSS)/mib, fmtLatency(row.Latency.P50), fmtLatency(row.Latency.P99),
+			row.Dnsperf.Lost, row.Latency.Lost(), row.Upstream)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	b.WriteString("\nlost: dnsperf run + latency run. misses: queries that reached the backend during the saturating run.\n")
+
+	if fe := r.Row(Frontend); fe != nil {
+		b.WriteString("\nfrontend targets (measured side by side in this run):\n")
+		if unbound != nil {
+			fmt.Fprintf(&b, "  q/CPU-s vs unbound:   %.2fx (target >= %.2fx)\n", ratio(fe.QPerCPU, unbound.QPerCPU), targetVsUnbound)
+		}
+		if nl := r.Row(NodeLocal); nl != nil {
+			fmt.Fprintf(&b, "  q/CPU-s vs NodeLocal: %.2fx (target >= %.2fx)\n", ratio(fe.QPerCPU, nl.QPerCPU), targetVsNodeLocal)
+		}
+		note := ""
+		if c.Names < targetRSSNames {
+			note = fmt.Sprintf("; this run cached only %d names, run with -names=%d for the stated target", c.Names, targetRSSNames)
+		}
+		fmt.Fprintf(&b, "  peak RSS:             %.1f MiB with %d names cached = %.2fx of %d MiB (target <= 1x%s)\n",
+			float64(fe.PeakRSS)/mib, c.Names, float64(fe.PeakRSS)/float64(targetRSS), targetRSS>>20, note)
+		if unbound != nil {
+			fmt.Fprintf(&b, "  p99 at %d qps:     %s vs unbound %s = %.2fx (target <= 1x)\n", c.Rate,
+				fmtLatency(fe.Latency.P99), fmtLatency(unbound.Latency.P99), ratio(float64(fe.Latency.P99), float64(unbound.Latency.P99)))
+		}
+		if fe.Profile != "" {
+			fmt.Fprintf(&b, "  CPU profile of the saturating run: %s (go tool pprof -top %s)\n", fe.Profile, fe.Profile)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// fmtLatency prints microseconds, the scale of loopback cache hits.
+func fmtLatency(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%dus", d.Microseconds())
+}

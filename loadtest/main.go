@@ -1,0 +1,97 @@
+// Command nodedns-loadtest measures nodedns against other per-node DNS
+// designs.
+//
+//	nodedns-loadtest bench [flags]   side-by-side cache-hit benchmark
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/nodedns/nodedns/loadtest/bench"
+)
+
+var version = "dev"
+
+// commands maps a subcommand to its entry point. Each parses its own flags.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"bench": runBench,
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "nodedns-loadtest: %v\n", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stderr, "usage: nodedns-loadtest <command> [flags]  (version %s)\n\ncommands:\n  bench   side-by-side cache-hit benchmark (frontend, unbound, dnsmasq, CoreDNS as NodeLocal DNSCache)\n\nRun `nodedns-loadtest <command> -h` for its flags.\n", version)
+		if len(args) == 0 {
+			return errors.New("no command")
+		}
+		return nil
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown command %q (run without arguments for the list)", args[0])
+	}
+	return cmd(ctx, args[1:], stdout, stderr)
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := bench.DefaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the saturating run and of the fixed-rate latency run, each")
+	fs.IntVar(&cfg.Names, "names", cfg.Names, "distinct names in the query file (= cache entries after warm-up)")
+	fs.IntVar(&cfg.Rate, "rate", cfg.Rate, "queries per second of the latency run")
+	fs.StringVar(&cfg.OutDir, "out", cfg.OutDir, "output dir: query file, configs, logs, dnsperf output, results.txt")
+	servers := fs.String("servers", "all", "comma-separated servers to compare: frontend,unbound,dnsmasq,nodelocal or all")
+	fs.BoolVar(&cfg.Pin, "pin", cfg.Pin, "pin servers to CPU 1 and dnsperf, latency generator and fake backend to CPU 0")
+	fs.StringVar(&cfg.FrontendBin, "frontend", cfg.FrontendBin, "nodedns-frontend binary")
+	fs.StringVar(&cfg.CoreDNSBin, "coredns", cfg.CoreDNSBin, "CoreDNS binary run with NodeLocal DNSCache's Corefile")
+	fs.BoolVar(&cfg.Profile, "profile", cfg.Profile, "save a CPU profile of the frontend's saturating run (from pprof on its metrics port)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.Servers, err = bench.ParseServers(*servers); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	rep, err := bench.Run(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(cfg.OutDir, "results.txt"))
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
