@@ -335,4 +335,3 @@ func (j *missJob) put() {
 	j.dst = j.dst[:0]
 	j.s.jobs.Put(j)
 }
-
