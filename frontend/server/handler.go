@@ -22,8 +22,10 @@ type Handler interface {
 	// not retain req or dst and must not allocate on a hit.
 	ServeFast(dst, req []byte, proto Proto) (resp []byte, ok bool)
 
-	// ServeSlow resolves a miss. req belongs to the callee. It returns the
-	// response to send (appended to dst[:0]), or nil to drop the query.
+	// ServeSlow resolves a miss. req belongs to the callee until ServeSlow
+	// returns; the server then reuses its buffer. It returns the response to
+	// send (appended to dst[:0]; dst may be small, append grows it), or nil
+	// to drop the query.
 	ServeSlow(ctx context.Context, dst, req []byte, proto Proto) []byte
 
 	// Overloaded returns the answer (SERVFAIL) for a query refused because

@@ -77,10 +77,13 @@ func (c *tcpConn) serve() {
 	var lenBuf [2]byte
 	req := make([]byte, 0, 512)
 	for {
+		_ = c.conn.SetReadDeadline(time.Now().Add(s.cfg.TCPIdleTimeout))
+		// Checked after setting the deadline: StopReading sets the flag
+		// before it moves every deadline to the past, so either it sees
+		// this deadline or this sees its flag.
 		if s.stopping.Load() {
 			return
 		}
-		_ = c.conn.SetReadDeadline(time.Now().Add(s.cfg.TCPIdleTimeout))
 		if _, err := io.ReadFull(c.conn, lenBuf[:]); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) && c.npend.Load() > 0 && !s.stopping.Load() {
 				continue // idle only once every answer is out
