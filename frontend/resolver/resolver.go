@@ -1,0 +1,253 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/nodedns/nodedns/frontend/cache"
+	"github.com/nodedns/nodedns/frontend/dnswire"
+	"github.com/nodedns/nodedns/frontend/server"
+)
+
+// prefetchTimeout bounds a background refresh: long enough for the
+// backend's own forwarding timeouts (CoreDNS forward gives up after 5s).
+const prefetchTimeout = 5 * time.Second
+
+// Exchanger sends a query to the backend. The upstream package implements
+// it; it coalesces identical queries, so the returned message may be shared
+// with other callers and must not be modified.
+type Exchanger interface {
+	Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error)
+}
+
+// errMismatch: the backend's answer is not for the question asked.
+var errMismatch = errors.New("answer does not match the question")
+
+// Resolver implements server.Handler.
+type Resolver struct {
+	cfg   Config
+	cache *cache.Cache // always non-nil
+	ex    Exchanger    // always non-nil
+	log   *zap.Logger
+	m     *metrics
+
+	ctx    context.Context // cancelled by Close; bounds prefetches
+	cancel context.CancelFunc
+	mu     sync.Mutex // guards closed and wg.Add
+	closed bool
+	wg     sync.WaitGroup // running prefetches
+}
+
+var _ server.Handler = (*Resolver)(nil)
+
+// New returns a Resolver that sends misses to ex and registers its metrics
+// on reg. now is the clock for TTLs; nil means the real time through a
+// coarse clock (cache.New). Close releases it.
+func New(cfg Config, ex Exchanger, reg prometheus.Registerer, log *zap.Logger, now func() time.Time) (*Resolver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("resolver config: %w", err)
+	}
+	if ex == nil {
+		return nil, errors.New("resolver: nil Exchanger")
+	}
+	c, err := cache.New(cfg.Cache, now)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Resolver{
+		cfg: cfg, cache: c, ex: ex, log: log.Named("resolver"),
+		m:   newMetrics(reg, cfg.Server, c),
+		ctx: ctx, cancel: cancel,
+	}, nil
+}
+
+// Cache returns the resolver's cache, for stats and tests.
+func (r *Resolver) Cache() *cache.Cache { return r.cache }
+
+// Close stops prefetching, waits for running prefetches and stops the
+// cache's clock.
+func (r *Resolver) Close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+	r.cache.Close()
+}
+
+// ServeFast implements server.Handler: parse, count, answer a cache hit or
+// a malformed query; anything else is a miss. A hit does not allocate.
+func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool) {
+	start, weight := sampleStart()
+	var q dnswire.Query
+	if err := dnswire.ParseQuery(req, &q); err != nil {
+		return r.malformed(dst, req, &q, err, start, weight), true
+	}
+	r.m.request(proto, q.QType)
+	resp, res := r.cache.Get(dst[:0], &q, q.Limit(proto == server.TCP))
+	if !res.Hit {
+		return nil, false
+	}
+	if res.Prefetch {
+		r.prefetch(q.Key())
+	}
+	r.m.response(pluginCache, res.Rcode, start, weight)
+	return resp, true
+}
+
+// ServeSlow implements server.Handler: a miss goes to the backend, and the
+// answer is stored and written like a hit. When the backend fails or
+// answers SERVFAIL, an expired entry is served stale (RFC 8767 §5).
+func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.Proto) []byte {
+	start := time.Now()
+	var q dnswire.Query
+	if err := dnswire.ParseQuery(req, &q); err != nil {
+		return r.malformed(dst, req, &q, err, start, 1) // only when called without ServeFast
+	}
+	limit := q.Limit(proto == server.TCP)
+	key := q.Key()
+	resp, err := r.fetch(ctx, key)
+	if err == nil && resp.Rcode == dns.RcodeServerFailure {
+		err = errServfail
+	}
+	if err != nil {
+		if out, stale, ok := r.cache.GetStale(dst[:0], &q, limit); ok {
+			if stale {
+				r.m.servedStale.Inc()
+			}
+			r.m.response(pluginCache, int(out[3]&0xf), start, 1)
+			return out
+		}
+		if resp == nil {
+			return r.servfail(dst, req, &q, start)
+		}
+	}
+	e, err := r.cache.Set(key, resp)
+	if err != nil {
+		r.log.Debug("backend answer not usable", zap.Error(err))
+		return r.servfail(dst, req, &q, start)
+	}
+	out := r.cache.Write(dst[:0], e, &q, limit)
+	r.m.response(pluginForward, int(out[3]&0xf), start, 1)
+	return out
+}
+
+// errServfail marks a SERVFAIL from the backend, which a stale answer may
+// replace.
+var errServfail = errors.New("backend answered SERVFAIL")
+
+// Overloaded implements server.Handler: a query refused for lack of
+// capacity gets a stale answer when there is one (RFC 8767 §5), else
+// SERVFAIL.
+func (r *Resolver) Overloaded(dst, req []byte) []byte {
+	start := time.Now()
+	var q dnswire.Query
+	if err := dnswire.ParseQuery(req, &q); err != nil {
+		return r.malformed(dst, req, &q, err, start, 1)
+	}
+	r.m.overloaded.Inc()
+	if out, stale, ok := r.cache.GetStale(dst[:0], &q, q.Limit(false)); ok {
+		if stale {
+			r.m.servedStale.Inc()
+		}
+		r.m.response(pluginCache, int(out[3]&0xf), start, 1)
+		return out
+	}
+	return r.servfail(dst, req, &q, start)
+}
+
+func (r *Resolver) servfail(dst, req []byte, q *dnswire.Query, start time.Time) []byte {
+	r.m.response(pluginLocal, dns.RcodeServerFailure, start, 1)
+	return dnswire.AppendError(dst[:0], req, q, dnswire.RcodeServFail)
+}
+
+// malformed counts a rejected query and answers it, or drops it (nil).
+func (r *Resolver) malformed(dst, req []byte, q *dnswire.Query, err error, start time.Time, weight int) []byte {
+	pe, ok := err.(*dnswire.ParseError) // ParseQuery returns them unwrapped
+	if !ok {
+		pe = dnswire.ErrTruncated
+	}
+	r.m.malformed[pe].Inc()
+	if pe.Rcode < 0 {
+		return nil
+	}
+	r.m.response(pluginLocal, pe.Rcode, start, weight)
+	return dnswire.AppendError(dst[:0], req, q, pe.Rcode)
+}
+
+// fetch asks the backend the question in key (from dnswire.Query.Key) with
+// RD set and the client's DO and CD bits, and checks that the answer is for
+// that question.
+func (r *Resolver) fetch(ctx context.Context, key []byte) (*dns.Msg, error) {
+	name, _, err := dns.UnpackDomainName(dnswire.KeyName(key), 0)
+	if err != nil {
+		return nil, fmt.Errorf("question name: %w", err)
+	}
+	qtype, qclass, flags := dnswire.KeyQuestion(key)
+	m := new(dns.Msg)
+	m.Id = dns.Id()
+	m.RecursionDesired = true
+	m.CheckingDisabled = flags&dnswire.KeyCD != 0
+	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: qclass}}
+	m.SetEdns0(dnswire.OurUDPSize, flags&dnswire.KeyDO != 0)
+
+	resp, err := r.ex.Exchange(ctx, m)
+	if err != nil {
+		r.m.upErrors.Inc()
+		return nil, fmt.Errorf("exchange %s %s: %w", name, dns.TypeToString[qtype], err)
+	}
+	if !matches(resp, &m.Question[0]) {
+		r.m.mismatch.Inc()
+		return nil, fmt.Errorf("exchange %s %s: %w", name, dns.TypeToString[qtype], errMismatch)
+	}
+	return resp, nil
+}
+
+// matches reports whether resp answers q: a response to a QUERY with the
+// same name (ignoring ASCII case, RFC 4343), type and class. An error
+// answer other than NXDOMAIN may omit the question (RFC 1035 §4.1.1 leaves
+// it to the server); it carries no records to cache.
+func matches(resp *dns.Msg, q *dns.Question) bool {
+	if resp == nil || !resp.Response || resp.Opcode != dns.OpcodeQuery {
+		return false
+	}
+	if len(resp.Question) == 0 {
+		return resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError &&
+			len(resp.Answer)+len(resp.Ns) == 0
+	}
+	if len(resp.Question) != 1 {
+		return false
+	}
+	rq := resp.Question[0]
+	return rq.Qtype == q.Qtype && rq.Qclass == q.Qclass && equalFoldASCII(rq.Name, q.Name)
+}
+
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
