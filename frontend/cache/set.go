@@ -68,6 +68,11 @@ func (c *Cache) build(key []byte, resp *dns.Msg, now int64) (*Entry, error) {
 	if len(packed) < dnswire.HeaderLen+len(wname)+4 || !bytes.Equal(packed[dnswire.HeaderLen:dnswire.HeaderLen+len(wname)], wname) {
 		return nil, fmt.Errorf("%w: question %q packs differently", ErrUnpackable, name)
 	}
+	// miekg/dns packs some records it unpacked from garbage (an SOA with
+	// empty RDATA) into bytes it cannot read back; never store those.
+	if err := new(dns.Msg).Unpack(packed); err != nil {
+		return nil, fmt.Errorf("%w: packed answer does not unpack: %w", ErrUnpackable, err)
+	}
 	offs, err := dnswire.TTLOffsets(packed, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnpackable, err)
