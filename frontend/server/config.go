@@ -22,6 +22,12 @@ const (
 	// DefaultMaxTCPConns bounds open TCP connections; TCP is rare for stub
 	// resolvers (truncated answers, zone transfers are not served).
 	DefaultMaxTCPConns = 1000
+	// DefaultReadBuffer is each UDP socket's receive buffer (SO_RCVBUF): a
+	// query costs about 1 KiB of it (the kernel counts the whole buffer a
+	// datagram sits in), so 4 MiB absorbs a burst of some 4000 queries per
+	// socket while its reader is descheduled. The kernel caps it at
+	// net.core.rmem_max.
+	DefaultReadBuffer = 4 << 20
 	// DefaultTCPIdleTimeout is how long a TCP connection may stay silent
 	// (RFC 7766 section 6.2.3 suggests the order of seconds).
 	DefaultTCPIdleTimeout = 10 * time.Second
@@ -49,6 +55,10 @@ type Config struct {
 	// BatchSize is the number of datagrams read by one recvmmsg and
 	// answered by one sendmmsg. Default: DefaultBatchSize.
 	BatchSize int
+
+	// ReadBuffer is the receive buffer of each UDP socket, in bytes.
+	// Default: DefaultReadBuffer.
+	ReadBuffer int
 
 	// MaxInflight bounds the misses (ServeSlow calls) running at once over
 	// all sockets; queries past it are answered by Handler.Overloaded.
@@ -83,6 +93,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
+	}
+	if c.ReadBuffer <= 0 {
+		c.ReadBuffer = DefaultReadBuffer
 	}
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = DefaultMaxInflight

@@ -56,6 +56,9 @@ func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udp %s: %w", c.LocalAddr(), err)
 	}
+	if err := c.SetReadBuffer(s.cfg.ReadBuffer); err != nil {
+		return nil, fmt.Errorf("udp %s: receive buffer: %w", c.LocalAddr(), err)
+	}
 	n := s.cfg.BatchSize
 	u := &udpSocket{
 		s:       s,
