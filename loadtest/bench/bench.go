@@ -68,16 +68,28 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		rep.LoadAvg = strings.TrimSpace(string(b))
 	}
 
-	qs := Queries(cfg.Names)
+	all := Queries(cfg.RSSNames)
+	qs := all[:cfg.Names]
 	queryFile := filepath.Join(dir, "queries.txt")
 	if err := WriteQueryFile(queryFile, qs); err != nil {
 		return nil, err
 	}
+	rssFile := filepath.Join(dir, "queries-rss.txt")
+	if err := WriteQueryFile(rssFile, all); err != nil {
+		return nil, err
+	}
 
-	clientCPU, serverCPU := -1, -1
+	client, server := sched{cpu: -1, nice: cfg.Nice}, sched{cpu: -1, nice: cfg.Nice}
 	if cfg.Pin {
-		clientCPU, serverCPU = ClientCPU, ServerCPU
+		client.cpu, server.cpu = ClientCPU, ServerCPU
 		restore, err := pinSelf(ClientCPU)
+		if err != nil {
+			return nil, err
+		}
+		defer restore()
+	}
+	if cfg.Nice != 0 {
+		restore, err := niceSelf(cfg.Nice)
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +105,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 
 	for _, name := range cfg.Servers {
 		r := runner{cfg: cfg, dir: dir, name: name, be: be, qs: qs, queryFile: queryFile,
-			clientCPU: clientCPU, serverCPU: serverCPU, progress: progress}
+			rssFile: rssFile, client: client, server: server, progress: progress}
 		row, err := r.run(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -108,6 +120,9 @@ func checkTools(cfg Config) error {
 	need := map[string]string{"dnsperf": "Debian package dnsperf"}
 	if cfg.Pin {
 		need["taskset"] = "Debian package util-linux (or run with pinning off)"
+	}
+	if cfg.Nice != 0 {
+		need["nice"] = "Debian package coreutils (or run with nice 0)"
 	}
 	for _, s := range cfg.Servers {
 		switch s {
@@ -134,9 +149,10 @@ func checkTools(cfg Config) error {
 type runner struct {
 	cfg                  Config
 	dir, name, queryFile string
+	rssFile              string // RSSNames names, warmed before reading the peak RSS
 	be                   *Backend
 	qs                   []Query
-	clientCPU, serverCPU int
+	client, server       sched // where dnsperf and the servers run
 	progress             io.Writer
 	port                 int // the server's DNS port, set once it is chosen
 }
@@ -180,7 +196,7 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	p, err := startProcess(r.name, argv, r.serverCPU, filepath.Join(r.dir, r.name+".log"))
+	p, err := startProcess(r.name, argv, r.server, filepath.Join(r.dir, r.name+".log"))
 	if err != nil {
 		return row, err
 	}
@@ -242,6 +258,11 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 	r.logf("%d qps: p50 %s p99 %s p99.9 %s, %d/%d lost", r.cfg.Rate, row.Latency.P50, row.Latency.P99,
 		row.Latency.P999, row.Latency.Lost(), row.Latency.Sent)
 
+	// Fill the cache to RSSNames entries, then read the peak RSS.
+	rssWarm, err := r.dnsperfFile(ctx, r.rssFile, 1, 0, "rss")
+	if err != nil {
+		return row, err
+	}
 	if err := p.alive(); err != nil {
 		return row, err
 	}
@@ -250,16 +271,22 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 		return row, err
 	}
 	row.PeakRSS = st.VmHWM
+	r.logf("peak RSS %.1f MiB (now %.1f MiB) after a pass over %d names (%d answered)",
+		float64(st.VmHWM)/mib, float64(st.VmRSS)/mib, r.cfg.RSSNames, rssWarm.Completed)
 	return row, nil
 }
 
 func (r *runner) dnsperf(ctx context.Context, passes int, limit time.Duration, phase string) (DnsperfResult, error) {
+	return r.dnsperfFile(ctx, r.queryFile, passes, limit, phase)
+}
+
+func (r *runner) dnsperfFile(ctx context.Context, file string, passes int, limit time.Duration, phase string) (DnsperfResult, error) {
 	outstanding := dnsperfOutstanding
 	if passes > 0 {
 		outstanding = warmOutstanding
 	}
 	return runDnsperf(ctx, dnsperfArgs{
-		cpu: r.clientCPU, host: "127.0.0.1", port: r.port, queryFile: r.queryFile,
+		sched: r.client, host: "127.0.0.1", port: r.port, queryFile: file,
 		passes: passes, limit: limit, logPath: filepath.Join(r.dir, r.name+"."+phase+".dnsperf.txt"),
 		outstanding: outstanding,
 	})

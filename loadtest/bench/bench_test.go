@@ -26,6 +26,7 @@ func TestBenchSmoke(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Duration = 2 * time.Second
 	cfg.Names = 200
+	cfg.RSSNames = 300
 	cfg.Rate = 2000
 	cfg.OutDir = t.TempDir()
 	cfg.Servers = []string{Unbound, Dnsmasq}

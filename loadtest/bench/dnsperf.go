@@ -97,7 +97,7 @@ const (
 
 // dnsperfArgs is one dnsperf invocation.
 type dnsperfArgs struct {
-	cpu         int // pin to this CPU; < 0: no pinning
+	sched       sched
 	host        string
 	port        int
 	queryFile   string
@@ -109,11 +109,7 @@ type dnsperfArgs struct {
 
 // runDnsperf runs dnsperf and parses its statistics.
 func runDnsperf(ctx context.Context, a dnsperfArgs) (DnsperfResult, error) {
-	bin, err := lookPath("dnsperf")
-	if err != nil {
-		return DnsperfResult{}, err
-	}
-	args := []string{bin,
+	args := []string{"dnsperf",
 		"-s", a.host, "-p", strconv.Itoa(a.port), "-d", a.queryFile,
 		"-T", strconv.Itoa(dnsperfThreads), "-c", strconv.Itoa(dnsperfClients),
 		"-q", strconv.Itoa(a.outstanding), "-t", strconv.Itoa(dnsperfTimeout),
@@ -123,8 +119,9 @@ func runDnsperf(ctx context.Context, a dnsperfArgs) (DnsperfResult, error) {
 	} else {
 		args = append(args, "-l", strconv.FormatFloat(a.limit.Seconds(), 'f', -1, 64))
 	}
-	if a.cpu >= 0 {
-		args = append([]string{"taskset", "--cpu-list", strconv.Itoa(a.cpu)}, args...)
+	args, err := a.sched.wrap(args)
+	if err != nil {
+		return DnsperfResult{}, err
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }

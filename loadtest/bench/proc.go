@@ -111,17 +111,35 @@ type process struct {
 // stopGrace is how long a child gets between SIGTERM and SIGKILL.
 const stopGrace = 3 * time.Second
 
-// startProcess runs argv with stdout and stderr in logPath, pinned to cpu
-// (through taskset, which execs the command in place so the PID is the
-// server's own) unless cpu < 0. The child is killed if the harness dies.
-func startProcess(name string, argv []string, cpu int, logPath string) (*process, error) {
+// sched is where and how eagerly a child runs.
+type sched struct {
+	cpu  int // pin to this CPU; < 0: no pinning
+	nice int // niceness; 0: inherit
+}
+
+// wrap resolves argv[0] and prefixes taskset and nice as s asks. Both exec
+// the command in place, so the PID stays the command's own.
+func (s sched) wrap(argv []string) ([]string, error) {
 	bin, err := lookPath(argv[0])
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return nil, err
 	}
-	argv = append([]string{bin}, argv[1:]...)
-	if cpu >= 0 {
-		argv = append([]string{"taskset", "--cpu-list", strconv.Itoa(cpu)}, argv...)
+	out := []string{}
+	if s.cpu >= 0 {
+		out = append(out, "taskset", "--cpu-list", strconv.Itoa(s.cpu))
+	}
+	if s.nice != 0 {
+		out = append(out, "nice", "-n", strconv.Itoa(s.nice))
+	}
+	return append(append(out, bin), argv[1:]...), nil
+}
+
+// startProcess runs argv with stdout and stderr in logPath, scheduled as s
+// says. The child is killed if the harness dies.
+func startProcess(name string, argv []string, s sched, logPath string) (*process, error) {
+	argv, err := s.wrap(argv)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	log, err := os.Create(logPath)
 	if err != nil {
@@ -202,7 +220,28 @@ func pinSelf(cpu int) (restore func(), err error) {
 	return func() { _ = setAllThreads(&old) }, nil
 }
 
+// niceSelf sets the niceness of every thread of the harness and returns a
+// function restoring the previous one.
+func niceSelf(nice int) (restore func(), err error) {
+	raw, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("get niceness: %w", err)
+	}
+	old := 20 - raw // the raw system call returns 20-nice (getpriority(2))
+	if err := forAllThreads(func(tid int) error { return unix.Setpriority(unix.PRIO_PROCESS, tid, nice) }); err != nil {
+		return nil, fmt.Errorf("set niceness %d: %w", nice, err)
+	}
+	return func() {
+		_ = forAllThreads(func(tid int) error { return unix.Setpriority(unix.PRIO_PROCESS, tid, old) })
+	}, nil
+}
+
 func setAllThreads(set *unix.CPUSet) error {
+	return forAllThreads(func(tid int) error { return unix.SchedSetaffinity(tid, set) })
+}
+
+// forAllThreads calls f for every thread of the harness.
+func forAllThreads(f func(tid int) error) error {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return err
@@ -213,7 +252,7 @@ func setAllThreads(set *unix.CPUSet) error {
 		if err != nil {
 			continue
 		}
-		if err := unix.SchedSetaffinity(tid, set); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := f(tid); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
 		}
 	}

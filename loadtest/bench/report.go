@@ -32,27 +32,32 @@ func (r *Report) Row(server string) *Row {
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "Cache-hit benchmark, %s, %d names (A/AAAA, 1%% NXDOMAIN), %s per run, pinning %v, load average at start %s\n",
-		r.Start.UTC().Format(time.RFC3339), c.Names, c.Duration, c.Pin, r.LoadAvg)
+	fmt.Fprintf(&b, "Cache-hit benchmark, %s, %d names (A/AAAA, 1%% NXDOMAIN; %d for RSS), %s per run, pinning %v, nice %d, load average at start %s\n",
+		r.Start.UTC().Format(time.RFC3339), c.Names, c.RSSNames, c.Duration, c.Pin, c.Nice, r.LoadAvg)
 	fmt.Fprintf(&b, "command: %s\n\n", r.Command)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "server\tqps\tserver CPU s\tq/CPU-s\tvs unbound\tpeak RSS MiB\tp50 @%dk\tp99 @%dk\tlost\tmisses\t\n", c.Rate/1000, c.Rate/1000)
+	fmt.Fprintf(tw, "server\tqps\tserver CPU s\tbusy\tq/CPU-s\tvs unbound\tpeak RSS MiB\tp50 @%dk\tp99 @%dk\tlost\tmisses\t\n", c.Rate/1000, c.Rate/1000)
 	unbound := r.Row(Unbound)
 	for _, row := range r.Rows {
 		ratio := "-"
 		if unbound != nil && unbound.QPerCPU > 0 {
 			ratio = fmt.Sprintf("%.2fx", row.QPerCPU/unbound.QPerCPU)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.0f\t%s\t%.1f\t%s\t%s\t%d+%d\t%d\t\n",
-			row.Server, row.Dnsperf.QPS, row.CPU.Seconds(), row.QPerCPU, ratio,
+		busy := 0.0
+		if row.Dnsperf.RunTime > 0 {
+			busy = 100 * row.CPU.Seconds() / row.Dnsperf.RunTime.Seconds()
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.0f%%\t%.0f\t%s\t%.1f\t%s\t%s\t%d+%d\t%d\t\n",
+			row.Server, row.Dnsperf.QPS, row.CPU.Seconds(), busy, row.QPerCPU, ratio,
 			float64(row.PeakRSS)/mib, fmtLatency(row.Latency.P50), fmtLatency(row.Latency.P99),
 			row.Dnsperf.Lost, row.Latency.Lost(), row.Upstream)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	b.WriteString("\nlost: dnsperf run + latency run. misses: queries that reached the backend during the saturating run.\n")
+	b.WriteString("\nbusy: server CPU / run time (below ~95%: dnsperf, not the server, was the limit). lost: dnsperf run + latency run.\n" +
+		"misses: queries that reached the backend during the saturating run.\n")
 
 	if fe := r.Row(Frontend); fe != nil {
 		b.WriteString("\nfrontend targets (measured side by side in this run):\n")
@@ -63,11 +68,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(&b, "  q/CPU-s vs NodeLocal: %.2fx (target >= %.2fx)\n", ratio(fe.QPerCPU, nl.QPerCPU), targetVsNodeLocal)
 		}
 		note := ""
-		if c.Names < targetRSSNames {
-			note = fmt.Sprintf("; this run cached only %d names, run with -names=%d for the stated target", c.Names, targetRSSNames)
+		if c.RSSNames != targetRSSNames {
+			note = fmt.Sprintf("; stated for %d names, this run cached %d", targetRSSNames, c.RSSNames)
 		}
 		fmt.Fprintf(&b, "  peak RSS:             %.1f MiB with %d names cached = %.2fx of %d MiB (target <= 1x%s)\n",
-			float64(fe.PeakRSS)/mib, c.Names, float64(fe.PeakRSS)/float64(targetRSS), targetRSS>>20, note)
+			float64(fe.PeakRSS)/mib, c.RSSNames, float64(fe.PeakRSS)/float64(targetRSS), targetRSS>>20, note)
 		if unbound != nil {
 			fmt.Fprintf(&b, "  p99 at %d qps:     %s vs unbound %s = %.2fx (target <= 1x)\n", c.Rate,
 				fmtLatency(fe.Latency.P99), fmtLatency(unbound.Latency.P99), ratio(float64(fe.Latency.P99), float64(unbound.Latency.P99)))
