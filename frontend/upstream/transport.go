@@ -1,0 +1,230 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// address is one upstream: its idle connections and its health.
+//
+// A connection carries one query at a time. CoreDNS (like every miekg/dns
+// server) reads and answers the queries of one TCP connection one after the
+// other, so pipelining on a single connection would queue a cheap cluster
+// name behind a slow forwarded one; several connections, each reused for
+// the next query, give the backend real concurrency with the same saving
+// of handshakes.
+type address struct {
+	addr    string
+	kind    string // kindBackend or kindFallback
+	timeout time.Duration
+	idleFor time.Duration
+	maxIdle int
+	health  health
+	m       *poolMetrics
+	dialer  net.Dialer
+
+	mu     sync.Mutex
+	idle   []*conn // least recently used first; guarded by mu
+	closed bool    // no connection is pooled after Close; guarded by mu
+}
+
+// conn is one TCP connection with its read buffers.
+type conn struct {
+	nc   net.Conn
+	r    *bufio.Reader
+	hdr  [2]byte   // length prefix, a field so that reading it does not allocate
+	buf  []byte    // reused for each response body
+	used time.Time // when it was last put back in the pool
+	a    *address
+}
+
+// exchange sends wire (a query with its 2-byte length prefix, RFC 1035
+// section 4.2.2) and returns the checked response. The whole attempt, dial
+// and a retry included, ends at the deadline: the attempt timeout from now
+// on the wall clock, or ctx's deadline if earlier. now (the pool's clock)
+// only dates connections for idle expiry.
+func (a *address) exchange(ctx context.Context, now time.Time, wire []byte, id uint16, q dns.Question) (*dns.Msg, error) {
+	deadline := time.Now().Add(a.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c, reused := a.get(now)
+	if c == nil {
+		var err error
+		if c, err = a.dial(ctx, deadline); err != nil {
+			return nil, err
+		}
+	}
+	r, err := c.roundTrip(ctx, deadline, wire, id, q)
+	if err != nil && reused && deadConn(err) {
+		// The peer closed the connection while it sat in the pool, which
+		// is what every pooled connection looks like after the backend
+		// restarts: drop the others too and try once on a new one.
+		c.close()
+		a.flush()
+		if c, err = a.dial(ctx, deadline); err != nil {
+			return nil, err
+		}
+		r, err = c.roundTrip(ctx, deadline, wire, id, q)
+	}
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	a.put(c, now)
+	return r, nil
+}
+
+func (a *address) dial(ctx context.Context, deadline time.Time) (*conn, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	nc, err := a.dialer.DialContext(ctx, "tcp", a.addr)
+	if err != nil {
+		return nil, err
+	}
+	a.m.connsOpen.Inc()
+	return &conn{nc: nc, r: bufio.NewReaderSize(nc, 2048), a: a}, nil
+}
+
+// get returns the most recently used idle connection that has not expired,
+// or nil. Taking the newest keeps the set of busy connections small and
+// lets the oldest ones expire.
+func (a *address) get(now time.Time) (c *conn, reused bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for n := len(a.idle); n > 0; n = len(a.idle) {
+		c = a.idle[n-1]
+		a.idle[n-1] = nil
+		a.idle = a.idle[:n-1]
+		if now.Sub(c.used) < a.idleFor {
+			return c, true
+		}
+		c.close() // expired, and so is everything older
+		for _, old := range a.idle {
+			old.close()
+		}
+		clear(a.idle)
+		a.idle = a.idle[:0]
+	}
+	return nil, false
+}
+
+// put returns a healthy connection to the pool, or closes it when the pool
+// is full or closed.
+func (a *address) put(c *conn, now time.Time) {
+	c.used = now
+	a.mu.Lock()
+	if a.closed || len(a.idle) >= a.maxIdle {
+		a.mu.Unlock()
+		c.close()
+		return
+	}
+	a.idle = append(a.idle, c)
+	a.mu.Unlock()
+}
+
+// expire closes the connections idle since before now minus the idle timeout.
+func (a *address) expire(now time.Time) {
+	a.mu.Lock()
+	n := 0
+	for n < len(a.idle) && now.Sub(a.idle[n].used) >= a.idleFor {
+		n++
+	}
+	old := append([]*conn(nil), a.idle[:n]...)
+	a.idle = append(a.idle[:0], a.idle[n:]...)
+	clear(a.idle[len(a.idle):cap(a.idle)])
+	a.mu.Unlock()
+	for _, c := range old {
+		c.close()
+	}
+}
+
+// flush closes every idle connection; with closed set, later ones too.
+func (a *address) flush() { a.drain(false) }
+
+func (a *address) drain(closed bool) {
+	a.mu.Lock()
+	old := a.idle
+	a.idle = nil
+	a.closed = a.closed || closed
+	a.mu.Unlock()
+	for _, c := range old {
+		c.close()
+	}
+}
+
+func (c *conn) close() {
+	_ = c.nc.Close()
+	c.a.m.connsOpen.Dec()
+}
+
+// roundTrip writes wire and reads one response, then checks that its ID and
+// question match the query (RFC 5452 section 9.1). On a mismatch the
+// connection is out of step and the caller closes it.
+func (c *conn) roundTrip(ctx context.Context, deadline time.Time, wire []byte, id uint16, q dns.Question) (*dns.Msg, error) {
+	if err := c.nc.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	if ctx.Done() != nil {
+		// Close the pool promptly: unblock the read when ctx ends.
+		stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+		defer stop()
+	}
+	if _, err := c.nc.Write(wire); err != nil {
+		return nil, err
+	}
+	if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint16(c.hdr[:]))
+	if cap(c.buf) < n {
+		c.buf = make([]byte, n)
+	}
+	b := c.buf[:n]
+	if _, err := io.ReadFull(c.r, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	r := new(dns.Msg)
+	if err := r.Unpack(b); err != nil {
+		return nil, fmt.Errorf("unpack response: %w", err)
+	}
+	if err := check(r, id, q); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// check verifies that r answers the query with ID id and question q.
+func check(r *dns.Msg, id uint16, q dns.Question) error {
+	if r.Id != id {
+		return fmt.Errorf("%w: ID %d, want %d", ErrMismatch, r.Id, id)
+	}
+	if !r.Response {
+		return fmt.Errorf("%w: QR bit not set", ErrMismatch)
+	}
+	if len(r.Question) == 0 && r.Rcode == dns.RcodeFormatError {
+		// A FORMERR may carry no question (RFC 6891 section 7).
+		return nil
+	}
+	if len(r.Question) != 1 {
+		return fmt.Errorf("%w: %d questions", ErrMismatch, len(r.Question))
+	}
+	rq := r.Question[0]
+	if rq.Qtype != q.Qtype || rq.Qclass != q.Qclass || !strings.EqualFold(rq.Name, q.Name) {
+		return fmt.Errorf("%w: question %s %s %s, want %s %s %s", ErrMismatch,
+			rq.Name, dns.Class(rq.Qclass), dns.Type(rq.Qtype), q.Name, dns.Class(q.Qclass), dns.Type(q.Qtype))
+	}
+	return nil
+}

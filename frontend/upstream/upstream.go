@@ -1,0 +1,292 @@
+// Package upstream sends the frontend's cache misses to the local backend
+// over persistent TCP connections and, when the backend fails or is down,
+// to fallback addresses (other nodes' backends behind a Service).
+//
+// Identical concurrent queries share one exchange; concurrent exchanges are
+// bounded; each address has its own connection pool and health, so a dead
+// backend costs a timeout only until it is marked down.
+package upstream
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Exchanger is what the resolver needs from a Pool.
+type Exchanger interface {
+	Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error)
+}
+
+var _ Exchanger = (*Pool)(nil)
+
+// Pool exchanges queries with the backend and the fallbacks.
+type Pool struct {
+	cfg   Config
+	log   *zap.Logger
+	m     *poolMetrics
+	addrs []*address // backend first, then fallbacks in order; never empty
+	now   func() time.Time
+
+	// ctx bounds every exchange; Close cancels it. Exchanges run detached
+	// from their callers' contexts because other callers may be waiting
+	// for the same answer.
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   chan struct{} // closed by Close; ends the janitor
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	flights  map[flightKey]*flight // exchanges in progress by key; guarded by mu
+	inflight int                   // len(flights), kept for clarity; guarded by mu
+	closed   bool                  // guarded by mu
+	using    *address              // answered the last exchange, nil before one; guarded by mu
+}
+
+// flight is one upstream exchange that any number of callers wait for.
+type flight struct {
+	done chan struct{} // closed once msg and err are set
+	msg  *dns.Msg      // shared by every waiter: read-only
+	err  error
+}
+
+// flightKey identifies queries that can share an answer: the lowercased
+// name (RFC 4343), type, class, and the DO and CD bits, which change what
+// the backend answers (RFC 3225, RFC 4035 section 3.2.2).
+type flightKey struct {
+	name   string
+	qtype  uint16
+	qclass uint16
+	do, cd bool
+}
+
+// New returns a Pool for cfg, registering its metrics on reg.
+func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("upstream config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	p := &Pool{
+		cfg:     cfg,
+		log:     log.Named("upstream"),
+		now:     time.Now,
+		stop:    make(chan struct{}),
+		flights: make(map[flightKey]*flight),
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	for i, a := range append([]string{cfg.Backend}, cfg.Fallbacks...) {
+		kind := kindBackend
+		if i > 0 {
+			kind = kindFallback
+		}
+		p.addrs = append(p.addrs, &address{
+			addr: a, kind: kind, timeout: cfg.Timeout, idleFor: cfg.IdleTimeout, maxIdle: cfg.MaxIdleConns,
+			health: health{threshold: cfg.FailThreshold, backoffMin: cfg.BackoffMin, backoffMax: cfg.BackoffMax},
+		})
+	}
+	m, err := newMetrics(reg, p.addrs)
+	if err != nil {
+		return nil, fmt.Errorf("upstream metrics: %w", err)
+	}
+	p.m = m
+	for _, a := range p.addrs {
+		a.m = m
+	}
+	p.wg.Add(1)
+	go p.janitor()
+	return p, nil
+}
+
+// Exchange resolves m upstream and returns the response. m must have one
+// question and must not change during the call; Exchange does not modify it.
+//
+// The response may be shared with other callers that asked the same
+// question at the same time: it is read-only. Its ID is the upstream
+// exchange's, not m's; the caller sets its own when it writes the answer.
+//
+// Errors: ErrOverloaded at once when MaxInflight exchanges are running;
+// ErrNoUpstream when every address is backing off; otherwise the *Error of
+// each failed attempt, joined; ctx.Err() when ctx ends first.
+func (p *Pool) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	if len(m.Question) != 1 {
+		return nil, ErrBadQuery
+	}
+	q := m.Question[0]
+	key := flightKey{name: strings.ToLower(q.Name), qtype: q.Qtype, qclass: q.Qclass, cd: m.CheckingDisabled}
+	if opt := m.IsEdns0(); opt != nil {
+		key.do = opt.Do()
+	}
+
+	p.mu.Lock()
+	f, shared := p.flights[key]
+	if !shared {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if p.inflight >= p.cfg.MaxInflight {
+			p.mu.Unlock()
+			p.m.requests.WithLabelValues(p.first().kind, resultOverloaded).Inc()
+			return nil, ErrOverloaded
+		}
+		p.inflight++
+		f = &flight{done: make(chan struct{})}
+		p.flights[key] = f
+		p.wg.Add(1)
+	}
+	p.mu.Unlock()
+
+	if shared {
+		p.m.coalesced.Inc()
+	} else {
+		wire, err := pack(m)
+		if err != nil {
+			p.finish(key, f, nil, fmt.Errorf("pack query: %w", err))
+		} else {
+			go func() { r, err := p.resolve(wire, q); p.finish(key, f, r, err) }()
+		}
+	}
+	select {
+	case <-f.done:
+		return f.msg, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// pack returns m in wire format behind a 2-byte length prefix.
+func pack(m *dns.Msg) ([]byte, error) {
+	b, err := m.Pack()
+	if err != nil {
+		return nil, err
+	}
+	wire := make([]byte, 2+len(b))
+	binary.BigEndian.PutUint16(wire, uint16(len(b)))
+	copy(wire[2:], b)
+	return wire, nil
+}
+
+func (p *Pool) finish(key flightKey, f *flight, r *dns.Msg, err error) {
+	f.msg, f.err = r, err
+	p.mu.Lock()
+	delete(p.flights, key)
+	p.inflight--
+	p.mu.Unlock()
+	close(f.done)
+	p.wg.Done()
+}
+
+// resolve tries the addresses in order, skipping those marked down.
+func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
+	var errs []error
+	tried := false
+	for i, a := range p.addrs {
+		start := p.now()
+		if !a.health.admit(start) {
+			continue
+		}
+		tried = true
+		// A fresh ID per attempt: the wire ID is ours, not the caller's.
+		id := uint16(rand.Uint32())
+		binary.BigEndian.PutUint16(wire[2:], id)
+		r, err := a.exchange(p.ctx, start, wire, id, q)
+		end := p.now()
+		p.m.duration.WithLabelValues(a.kind).Observe(end.Sub(start).Seconds())
+		if err == nil {
+			p.m.requests.WithLabelValues(a.kind, resultOK).Inc()
+			if a.health.success() {
+				p.m.healthy.WithLabelValues(a.kind, a.addr).Set(1)
+				p.log.Info("upstream is answering again", zap.String("upstream", a.kind), zap.String("address", a.addr))
+			}
+			if i > 0 {
+				p.m.fallback.Inc()
+			}
+			p.mu.Lock()
+			p.using = a
+			p.mu.Unlock()
+			return r, nil
+		}
+		err = &Error{Upstream: a.kind, Addr: a.addr, Err: err}
+		errs = append(errs, err)
+		if p.ctx.Err() != nil {
+			return nil, errors.Join(ErrClosed, err)
+		}
+		result := resultError
+		if Reason(err) == ReasonTimeout {
+			result = resultTimeout
+		}
+		p.m.requests.WithLabelValues(a.kind, result).Inc()
+		if a.health.failure(end, err) {
+			a.flush()
+			p.m.healthy.WithLabelValues(a.kind, a.addr).Set(0)
+			p.log.Warn("upstream marked down", zap.String("upstream", a.kind), zap.String("address", a.addr),
+				zap.String("reason", Reason(err)), zap.Error(err))
+		}
+	}
+	if !tried {
+		// Nothing was tried: report why the backend is down.
+		if last := p.addrs[0].health.snapshot().lastErr; last != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoUpstream, last)
+		}
+		return nil, ErrNoUpstream
+	}
+	return nil, errors.Join(errs...)
+}
+
+// first returns the address an exchange would try first now.
+func (p *Pool) first() *address {
+	now := p.now()
+	for _, a := range p.addrs {
+		if s := a.health.snapshot(); !s.down || !now.Before(s.retryAt) {
+			return a
+		}
+	}
+	return p.addrs[0]
+}
+
+// janitor closes idle connections as they expire, so that they do not
+// linger half-closed after the backend's own idle timeout.
+func (p *Pool) janitor() {
+	defer p.wg.Done()
+	t := time.NewTicker(p.cfg.IdleTimeout / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			now := p.now()
+			for _, a := range p.addrs {
+				a.expire(now)
+			}
+		case <-p.stop:
+			return
+		}
+	}
+}
+
+// Close stops the pool: running exchanges fail with ErrClosed, connections
+// are closed, and later Exchange calls return ErrClosed.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	close(p.stop)
+	p.wg.Wait()
+	for _, a := range p.addrs {
+		a.drain(true)
+	}
+	return nil
+}
