@@ -58,8 +58,9 @@ func (e *Entry) write(dst []byte, q *dnswire.Query, age uint32, stale bool, limi
 	msg := e.msg()
 	dst = append(dst[:0], msg...)
 	dst[0], dst[1] = byte(q.ID>>8), byte(q.ID)
-	// QR and AA from the answer; RD from the query (RFC 1035 §4.1.1).
-	dst[2] = 0x80 | msg[2]&0x04 | byte(q.Flags>>8)&0x01
+	// QR, AA and TC from the answer (only an uncached answer can have TC);
+	// RD from the query (RFC 1035 §4.1.1).
+	dst[2] = 0x80 | msg[2]&0x06 | byte(q.Flags>>8)&0x01
 	// RA and RCODE from the answer; AD only to clients that asked for DNSSEC
 	// data (RFC 6840 §5.8); CD echoed (RFC 4035 §3.2.2).
 	b3 := msg[3]&0x8f | byte(q.Flags)&0x10

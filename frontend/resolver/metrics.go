@@ -56,7 +56,6 @@ type metrics struct {
 	malformed   map[*dnswire.ParseError]prometheus.Counter
 	mismatch    prometheus.Counter
 	upErrors    prometheus.Counter
-	overloaded  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, srv string, c *cache.Cache) *metrics {
@@ -124,15 +123,11 @@ func newMetrics(reg prometheus.Registerer, srv string, c *cache.Cache) *metrics 
 	})
 	m.upErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: nn, Name: "upstream_errors_total",
-		Help: "Misses and prefetches for which the backend gave no answer.",
-	})
-	m.overloaded = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: nn, Name: "overloaded_total",
-		Help: "Queries refused because too many misses were in flight (answered stale or SERVFAIL).",
+		Help: "Misses and prefetches left without an answer after the upstream pool's retries and fallbacks.",
 	})
 
 	reg.MustRegister(requests, responses, duration, servedStale, prefetch, malformed,
-		m.mismatch, m.upErrors, m.overloaded, newCacheCollector(c, srv))
+		m.mismatch, m.upErrors, newCacheCollector(c, srv))
 	return m
 }
 

@@ -156,7 +156,7 @@ func (r *Resolver) Overloaded(dst, req []byte) []byte {
 	if err := dnswire.ParseQuery(req, &q); err != nil {
 		return r.malformed(dst, req, &q, err, start, 1)
 	}
-	r.m.overloaded.Inc()
+	// The server counts these (nodedns_server_overloaded_total).
 	if out, stale, ok := r.cache.GetStale(dst[:0], &q, q.Limit(false)); ok {
 		if stale {
 			r.m.servedStale.Inc()

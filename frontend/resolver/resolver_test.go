@@ -312,8 +312,8 @@ func TestOverloaded(t *testing.T) {
 	if m := unpack(t, r.Overloaded(buf(), warm)); m.Rcode != dns.RcodeSuccess || m.Answer[0].Header().Ttl != 30 {
 		t.Errorf("overloaded with a stale entry: %v", m)
 	}
-	if got := testutil.ToFloat64(r.m.overloaded); got != 2 {
-		t.Errorf("nodedns_overloaded_total = %v", got)
+	if got := testutil.ToFloat64(r.m.servedStale); got != 1 {
+		t.Errorf("coredns_cache_served_stale_total = %v", got)
 	}
 }
 
@@ -339,7 +339,6 @@ func TestMetricsLabels(t *testing.T) {
 		"nodedns_malformed_queries_total":      "reason",
 		"nodedns_upstream_mismatch_total":      "",
 		"nodedns_upstream_errors_total":        "",
-		"nodedns_overloaded_total":             "",
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -411,5 +410,23 @@ func TestConfigValidate(t *testing.T) {
 	err := cfg.Validate()
 	if err == nil || !strings.Contains(err.Error(), "server") || !strings.Contains(err.Error(), "cache size") {
 		t.Errorf("Validate() = %v, want both errors", err)
+	}
+}
+
+func TestTruncatedBackendAnswerPassedOnNotCached(t *testing.T) {
+	ex := &fakeExchanger{}
+	full := records(t, dns.RcodeSuccess, "x. 60 IN A 192.0.2.1")
+	ex.set(func(m *dns.Msg) (*dns.Msg, error) {
+		r, err := full(m)
+		r.Truncated = true
+		return r, err
+	})
+	r, _ := newResolver(t, DefaultConfig(), ex, &clock{t: time.Unix(1e9, 0)})
+	req := pack(t, "tc.example.", dns.TypeA, nil)
+	if m := unpack(t, first(serve(t, r, req, server.UDP))); !m.Truncated {
+		t.Error("TC from the backend dropped")
+	}
+	if _, hit := serve(t, r, req, server.UDP); hit {
+		t.Error("a truncated answer was cached")
 	}
 }
