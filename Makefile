@@ -10,7 +10,7 @@ export CGO_ENABLED := 0
 .PHONY: help build test test-unit test-race bench demo testbed tools images fuzz clean
 
 help: ## List the targets.
-	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_.-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/nodedns-frontend, bin/nodedns-backend and bin/nodedns-loadtest.
 	@mkdir -p $(BIN)
@@ -34,6 +34,17 @@ testbed: tools ## Run etcd + kube-apiserver in the foreground; prints a kubeconf
 
 fuzz: ## Run each fuzz target for 30s.
 	$(GO) test ./frontend/... -run '^$$' -fuzz . -fuzztime 30s
+
+REGISTRY  ?= ghcr.io/nodedns
+
+images: ## Build the nodedns-frontend and nodedns-backend images (docker build; needs a Docker engine).
+	docker build -f images/frontend.Dockerfile --build-arg VERSION=$(VERSION) -t $(REGISTRY)/nodedns-frontend:$(VERSION) .
+	docker build -f images/backend.Dockerfile --build-arg VERSION=$(VERSION) -t $(REGISTRY)/nodedns-backend:$(VERSION) .
+
+.PHONY: pod.yaml
+pod.yaml: ## Regenerate pod.yaml and the values table of helm/nodedns/README.md from the chart.
+	$(GO) test ./helm -run '^TestPodYAML$$' -count=1 -update
+	$(GO) run ./helm/internal/valuesdoc
 
 clean: ## Remove build output.
 	rm -rf $(BIN)

@@ -19,20 +19,17 @@ args:
   {{- toYaml . | nindent 2 }}
   {{- end }}
 env:
-  # The Corefile's {$NAME} variables. Set explicitly, so nothing else in the
-  # environment can change them.
+  # The Corefile's {$NAME} variables (upstreams are written into the
+  # Corefile itself). Set explicitly, so nothing else in the environment
+  # can change them.
   - name: NODEDNS_BIND
     value: "127.0.0.1"
   - name: NODEDNS_PORT
     value: {{ .Values.backend.port | quote }}
-  - name: NODEDNS_FALLBACK_BIND
-    value: "0.0.0.0"
   - name: NODEDNS_FALLBACK_PORT
     value: {{ .Values.backend.fallbackPort | quote }}
   - name: NODEDNS_CLUSTER_DOMAIN
     value: {{ .Values.clusterDomain | quote }}
-  - name: NODEDNS_UPSTREAM
-    value: {{ join " " .Values.upstreams | quote }}
   - name: NODEDNS_HEALTH
     value: {{ printf ":%v" .Values.backend.healthPort | quote }}
   - name: NODEDNS_READY

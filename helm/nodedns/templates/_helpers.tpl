@@ -90,20 +90,21 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 
 {{/*
-The frontend's settings: a JSON list of [flag, variable, value]. Each
-becomes a key of the frontend's ConfigMap (variable: value) and a flag of
-its command line (--flag=$(variable)), which kubelet expands from the
-ConfigMap when it starts the container. One list, so the two cannot
-disagree. Settings that depend on the node (node-ip mode's address) are
-not here: kubelet does not expand $(NODE_IP) inside a ConfigMap value, so
-the DaemonSet passes them on the command line itself.
+The frontend's settings: a JSON list of [flag, variable, value], the
+variable being NODEDNS_ and the flag's name in capitals. Each becomes a key
+of the frontend's ConfigMap (variable: value) and a flag of its command
+line (--flag=$(variable)), which kubelet expands from the ConfigMap when it
+starts the container. One list, so the two cannot disagree. Settings that
+depend on the node (node-ip mode's address) are not here: kubelet does not
+expand $(NODE_IP) inside a ConfigMap value, so the DaemonSet passes them on
+the command line itself.
 */}}
 {{- define "nodedns.frontendSettings" -}}
 {{- $mode := .Values.mode -}}
 {{- if not (has $mode (list "iptables" "link-local" "node-ip")) -}}
 {{- fail (printf "mode must be iptables, link-local or node-ip, not %q" $mode) -}}
 {{- end -}}
-{{- $s := list (list "mode" "NODEDNS_MODE" $mode) -}}
+{{- $f := list (list "mode" $mode) -}}
 {{- if ne $mode "node-ip" -}}
 {{- $listen := list -}}
 {{- range splitList "," .Values.localIP -}}
@@ -113,33 +114,39 @@ the DaemonSet passes them on the command line itself.
 {{- $ip := required "service.clusterIP is required in iptables mode: the frontend binds the kube-dns ClusterIP" .Values.service.clusterIP -}}
 {{- $listen = append $listen (printf "%s:53" (include "nodedns.hostPort" $ip)) -}}
 {{- end -}}
-{{- $s = append $s (list "listen" "NODEDNS_LISTEN" (join "," $listen)) -}}
-{{- $s = append $s (list "local-ip" "NODEDNS_LOCAL_IP" .Values.localIP) -}}
-{{- $s = append $s (list "interface" "NODEDNS_INTERFACE" .Values.frontend.interface) -}}
+{{- $f = append $f (list "listen" (join "," $listen)) -}}
+{{- $f = append $f (list "local-ip" .Values.localIP) -}}
+{{- $f = append $f (list "interface" .Values.frontend.interface) -}}
 {{- end -}}
 {{- if eq $mode "iptables" -}}
-{{- $s = append $s (list "service-ip" "NODEDNS_SERVICE_IP" .Values.service.clusterIP) -}}
+{{- $f = append $f (list "service-ip" .Values.service.clusterIP) -}}
 {{- end -}}
-{{- $s = append $s (list "backend" "NODEDNS_BACKEND" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
+{{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
 {{- if .Values.fallback.enabled -}}
 {{- $fip := required "fallback.clusterIP is required with fallback.enabled: the frontend takes an address" .Values.fallback.clusterIP -}}
-{{- $s = append $s (list "fallback" "NODEDNS_FALLBACK" (printf "%s:53" (include "nodedns.hostPort" $fip))) -}}
+{{- $f = append $f (list "fallback" (printf "%s:%v" (include "nodedns.hostPort" $fip) .Values.backend.fallbackPort)) -}}
 {{- end -}}
-{{- $s = append $s (list "backend-ready-url" "NODEDNS_BACKEND_READY_URL" (printf "http://127.0.0.1:%v/ready" .Values.backend.readyPort)) -}}
-{{- $s = append $s (list "metrics" "NODEDNS_METRICS" (printf ":%v" .Values.frontend.metricsPort)) -}}
-{{- $s = append $s (list "health" "NODEDNS_HEALTH" (printf ":%v" .Values.frontend.healthPort)) -}}
-{{- $s = append $s (list "sync-interval" "NODEDNS_SYNC_INTERVAL" (toString .Values.syncInterval)) -}}
-{{- $s = append $s (list "log-level" "NODEDNS_LOG_LEVEL" (toString .Values.logLevel)) -}}
-{{- $s = append $s (list "max-inflight" "NODEDNS_MAX_INFLIGHT" (int64 .Values.maxInflight | toString)) -}}
+{{- $f = append $f (list "backend-ready-url" (printf "http://127.0.0.1:%v/ready" .Values.backend.readyPort)) -}}
+{{- $f = append $f (list "metrics" (printf ":%v" .Values.frontend.metricsPort)) -}}
+{{- $f = append $f (list "health" (printf ":%v" .Values.frontend.healthPort)) -}}
+{{- $f = append $f (list "handover-dir" .Values.frontend.handoverDir) -}}
+{{- $f = append $f (list "shutdown-timeout" (toString .Values.frontend.shutdownTimeout)) -}}
+{{- $f = append $f (list "sync-interval" (toString .Values.syncInterval)) -}}
+{{- $f = append $f (list "log-level" (toString .Values.logLevel)) -}}
+{{- $f = append $f (list "max-inflight" (int64 .Values.maxInflight | toString)) -}}
 {{- $c := .Values.cache -}}
-{{- $s = append $s (list "cache-size" "NODEDNS_CACHE_SIZE" (int64 $c.size | toString)) -}}
-{{- $s = append $s (list "cache-negative-size" "NODEDNS_CACHE_NEGATIVE_SIZE" (int64 $c.negativeSize | toString)) -}}
-{{- $s = append $s (list "cache-min-ttl" "NODEDNS_CACHE_MIN_TTL" (toString $c.minTTL)) -}}
-{{- $s = append $s (list "cache-max-ttl" "NODEDNS_CACHE_MAX_TTL" (toString $c.maxTTL)) -}}
-{{- $s = append $s (list "cache-negative-max-ttl" "NODEDNS_CACHE_NEGATIVE_MAX_TTL" (toString $c.negativeMaxTTL)) -}}
-{{- $s = append $s (list "cache-servfail-ttl" "NODEDNS_CACHE_SERVFAIL_TTL" (toString $c.servfailTTL)) -}}
-{{- $s = append $s (list "serve-stale" "NODEDNS_SERVE_STALE" (toString $c.serveStale)) -}}
-{{- $s = append $s (list "prefetch-hits" "NODEDNS_PREFETCH_HITS" (int64 $c.prefetchHits | toString)) -}}
+{{- $f = append $f (list "cache-size" (int64 $c.size | toString)) -}}
+{{- $f = append $f (list "negative-cache-size" (int64 $c.negativeSize | toString)) -}}
+{{- $f = append $f (list "min-ttl" (toString $c.minTTL)) -}}
+{{- $f = append $f (list "max-ttl" (toString $c.maxTTL)) -}}
+{{- $f = append $f (list "negative-max-ttl" (toString $c.negativeMaxTTL)) -}}
+{{- $f = append $f (list "servfail-ttl" (toString $c.servfailTTL)) -}}
+{{- $f = append $f (list "serve-stale" (toString $c.serveStale)) -}}
+{{- $f = append $f (list "prefetch" (int64 $c.prefetchHits | toString)) -}}
+{{- $s := list -}}
+{{- range $f -}}
+{{- $s = append $s (list (index . 0) (printf "NODEDNS_%s" (index . 0 | upper | replace "-" "_")) (index . 1)) -}}
+{{- end -}}
 {{- toJson $s -}}
 {{- end -}}
 
