@@ -1,0 +1,239 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/nodedns/nodedns/frontend/cache"
+	"github.com/nodedns/nodedns/frontend/server"
+)
+
+// Defaults of the flags that have no package to hold them.
+const (
+	defaultListen          = "169.254.20.10:53"
+	defaultBackend         = "127.0.0.1:5300"
+	defaultMetrics         = ":9253"
+	defaultHealth          = ":9254"
+	defaultMode            = "iptables"
+	defaultLocalIP         = "169.254.20.10"
+	defaultInterface       = "nodedns"
+	defaultSyncInterval    = 10 * time.Second
+	defaultBackendReadyURL = "http://127.0.0.1:8181/ready"
+	defaultHandoverDir     = "/run/nodedns"
+	// defaultShutdownTimeout bounds the drain on SIGTERM: well above a
+	// backend round trip, well below Kubernetes' 30s grace period, so that
+	// teardown still runs before SIGKILL.
+	defaultShutdownTimeout = 5 * time.Second
+)
+
+// modeNames lists the values of --mode (see docs and DESIGN.md, "Modes").
+const modeNames = "iptables, link-local, node-ip"
+
+// config is the frontend's command line, parsed and validated.
+type config struct {
+	listen          []string
+	backend         string
+	fallbacks       []string
+	setupNetwork    bool
+	metricsAddr     string
+	healthAddr      string
+	mode            string
+	localIPs        []net.IP
+	serviceIPs      []net.IP
+	iface           string
+	syncInterval    time.Duration
+	backendReadyURL string
+	logLevel        string
+	maxInflight     int
+	shutdownTimeout time.Duration
+	handoverDir     string
+	cache           cache.Config
+	version         bool
+}
+
+// newFlagSet registers every flag on a new FlagSet that fills cfg. The
+// README's FLAGS section is checked against it (readme_test.go).
+func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("nodedns-frontend", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: nodedns-frontend [flags]\n       nodedns-frontend diagnose\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	c := cache.DefaultConfig()
+	*cfg = config{
+		listen:      []string{defaultListen},
+		localIPs:    []net.IP{net.ParseIP(defaultLocalIP)},
+		maxInflight: server.DefaultMaxInflight,
+		cache:       c,
+	}
+	fs.Var((*listFlag)(&cfg.listen), "listen", "`ADDR[,ADDR]` to serve DNS on, over UDP and TCP (IP:port; IPv4 and IPv6)")
+	fs.StringVar(&cfg.backend, "backend", defaultBackend, "`ADDR` of the local backend (TCP)")
+	fs.Var((*listFlag)(&cfg.fallbacks), "fallback", "`ADDR[,ADDR]` tried over TCP when the backend fails (other nodes' backends through a Service)")
+	fs.BoolVar(&cfg.setupNetwork, "setup-network", true, "own the local IPs and install the node's interface and rules; false touches no interface or rule")
+	fs.StringVar(&cfg.metricsAddr, "metrics", defaultMetrics, "`ADDR` serving Prometheus /metrics; empty disables")
+	fs.StringVar(&cfg.healthAddr, "health", defaultHealth, "`ADDR` serving /health and /ready; empty disables")
+	fs.StringVar(&cfg.mode, "mode", defaultMode, "how pods reach the frontend: "+modeNames)
+	fs.Var((*ipListFlag)(&cfg.localIPs), "local-ip", "`IP[,IP]` owned by the frontend (the node IP in node-ip mode)")
+	fs.Var((*ipListFlag)(&cfg.serviceIPs), "service-ip", "kube-dns ClusterIP `IP[,IP]` owned in iptables mode")
+	fs.StringVar(&cfg.iface, "interface", defaultInterface, "`NAME` of the link holding the local IPs")
+	durationVar(fs, &cfg.syncInterval, "sync-interval", defaultSyncInterval, "how often the interface and rules are re-applied")
+	fs.StringVar(&cfg.backendReadyURL, "backend-ready-url", defaultBackendReadyURL, "`URL` of the backend's readiness endpoint")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
+	fs.IntVar(&cfg.maxInflight, "max-inflight", server.DefaultMaxInflight, "misses resolved at once; past it queries are answered SERVFAIL")
+	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long in-flight queries may take before teardown")
+	fs.StringVar(&cfg.handoverDir, "handover-dir", defaultHandoverDir, "`DIR` of the unix socket through which a newer instance takes the sockets over; empty disables")
+	fs.IntVar(&cfg.cache.Size, "cache-size", c.Size, "positive answers cached")
+	fs.IntVar(&cfg.cache.NegativeSize, "negative-cache-size", c.NegativeSize, "negative answers (NXDOMAIN, NODATA) and SERVFAILs cached; 0 disables")
+	durationVar(fs, &cfg.cache.MinTTL, "min-ttl", c.MinTTL, "raise shorter TTLs to this")
+	durationVar(fs, &cfg.cache.MaxTTL, "max-ttl", c.MaxTTL, "lower longer TTLs of positive answers to this")
+	durationVar(fs, &cfg.cache.NegativeMaxTTL, "negative-max-ttl", c.NegativeMaxTTL, "lower longer TTLs of negative answers to this")
+	durationVar(fs, &cfg.cache.ServfailTTL, "servfail-ttl", c.ServfailTTL, "how long a backend SERVFAIL is cached (at most 5m); 0 disables")
+	durationVar(fs, &cfg.cache.ServeStale, "serve-stale", c.ServeStale, "how long past expiry an answer may be served when the backend fails (RFC 8767); 0 disables")
+	fs.IntVar(&cfg.cache.PrefetchHits, "prefetch", c.PrefetchHits, "hits that make an entry near expiry refreshed in the background; 0 disables")
+	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
+	return fs
+}
+
+// parseConfig parses args (without the program name) and validates the
+// result. Errors are for the user: they name the flag. With -h the usage
+// goes to out and the error is flag.ErrHelp.
+func parseConfig(args []string, out io.Writer) (config, error) {
+	var cfg config
+	fs := newFlagSet(&cfg, io.Discard) // errors are reported once, by the caller
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(out)
+			fs.Usage()
+		}
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.version {
+		return cfg, nil
+	}
+	return cfg, cfg.validate()
+}
+
+// validate reports every problem a flag can have without touching the
+// network; the packages' own Validate methods check their part.
+func (c config) validate() error {
+	var errs []error
+	if err := (server.Config{Listen: c.listen, MaxInflight: c.maxInflight}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--listen: %w", err))
+	}
+	if c.backend == "" {
+		errs = append(errs, errors.New("--backend: empty"))
+	}
+	for _, a := range append([]string{c.backend}, c.fallbacks...) {
+		if _, _, err := net.SplitHostPort(a); a != "" && err != nil {
+			errs = append(errs, fmt.Errorf("--backend/--fallback %q: %w", a, err))
+		}
+	}
+	for _, a := range []struct{ flag, addr string }{{"--metrics", c.metricsAddr}, {"--health", c.healthAddr}} {
+		if _, _, err := net.SplitHostPort(a.addr); a.addr != "" && err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", a.flag, a.addr, err))
+		}
+	}
+	if c.metricsAddr != "" && c.metricsAddr == c.healthAddr && !strings.HasSuffix(c.metricsAddr, ":0") {
+		errs = append(errs, fmt.Errorf("--metrics and --health: both %q", c.metricsAddr))
+	}
+	switch c.mode {
+	case "iptables", "link-local", "node-ip":
+	default:
+		errs = append(errs, fmt.Errorf("--mode %q: want one of %s", c.mode, modeNames))
+	}
+	if c.setupNetwork && c.mode == "iptables" && len(c.serviceIPs) == 0 {
+		errs = append(errs, errors.New("--mode=iptables needs --service-ip (the kube-dns ClusterIP); use --mode=link-local to own only --local-ip"))
+	}
+	if len(c.localIPs) == 0 {
+		errs = append(errs, errors.New("--local-ip: empty"))
+	}
+	if c.syncInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--sync-interval %v: must be positive", c.syncInterval))
+	}
+	if c.maxInflight < 1 {
+		errs = append(errs, fmt.Errorf("--max-inflight %d: must be at least 1", c.maxInflight))
+	}
+	if c.shutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %v: must be positive", c.shutdownTimeout))
+	}
+	switch c.logLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel))
+	}
+	if err := c.cache.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// listFlag is a comma separated list of strings; setting it replaces the
+// default.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	*l = nil
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			*l = append(*l, f)
+		}
+	}
+	return nil
+}
+
+// ipListFlag is a comma separated list of IP addresses.
+type ipListFlag []net.IP
+
+func (l *ipListFlag) String() string {
+	s := make([]string, len(*l))
+	for i, ip := range *l {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *ipListFlag) Set(s string) error {
+	*l = nil
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		ip := net.ParseIP(f)
+		if ip == nil {
+			return fmt.Errorf("%q is not an IP address", f)
+		}
+		*l = append(*l, ip)
+	}
+	return nil
+}
+
+// durationFlag is a time.Duration flag whose parse errors say what is wrong
+// ("missing unit in duration"), where the flag package only says "parse error".
+type durationFlag time.Duration
+
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	fs.Var((*durationFlag)(p), name, usage+" (a `duration` such as 90s or 1h)")
+}
+
+func (d *durationFlag) String() string { return time.Duration(*d).String() }
+
+func (d *durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "time: "))
+	}
+	*d = durationFlag(v)
+	return nil
+}

@@ -1,0 +1,285 @@
+// Command nodedns-frontend is the per-node DNS process: it answers pods'
+// queries from its cache and sends misses to the local backend over TCP.
+// See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/nodedns/nodedns/frontend/handover"
+	"github.com/nodedns/nodedns/frontend/resolver"
+	"github.com/nodedns/nodedns/frontend/server"
+	"github.com/nodedns/nodedns/frontend/upstream"
+	"github.com/nodedns/nodedns/shared/health"
+	"github.com/nodedns/nodedns/shared/logging"
+	"github.com/nodedns/nodedns/shared/metrics"
+)
+
+// version is stamped by the Makefile (-ldflags -X main.version=...).
+var version = "dev"
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// realMain runs the command with args and returns its exit code: 2 for a
+// usage error, 1 for a failure, 0 after a clean shutdown.
+func realMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "diagnose" {
+		return diagnose(args[1:], stdout, stderr)
+	}
+	cfg, err := parseConfig(args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nodedns-frontend: %v\n(nodedns-frontend -h lists the flags)\n", err)
+		return 2
+	}
+	if cfg.version {
+		fmt.Fprintln(stdout, "nodedns-frontend", version)
+		return 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, cfg, nil); err != nil {
+		fmt.Fprintf(stderr, "nodedns-frontend: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// listening tells a caller of run (tests) where the process serves.
+type listening struct {
+	DNS     []string // host:port, UDP and TCP
+	Metrics string   // host:port, "" when disabled
+	Health  string   // host:port, "" when disabled
+}
+
+// run serves until ctx ends, then drains and tears down. started, when
+// non-nil, is called once everything listens.
+func run(ctx context.Context, cfg config, started func(listening)) (err error) {
+	log, err := logging.New(cfg.logLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	log.Info("starting", zap.String("version", version), zap.Strings("listen", cfg.listen),
+		zap.String("backend", cfg.backend), zap.Bool("setup_network", cfg.setupNetwork))
+	reg := metrics.NewRegistry()
+
+	pool, err := upstream.New(upstream.Config{Backend: cfg.backend, Fallbacks: cfg.fallbacks}, log, reg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, pool.Close()) }()
+	// CoreDNS names a server block by its port ("dns://:53"), whatever it
+	// binds; dashboards filter on that.
+	_, port, _ := net.SplitHostPort(cfg.listen[0])
+	res, err := resolver.New(resolver.Config{Cache: cfg.cache, Server: "dns://:" + port}, pool, reg, log, nil)
+	if err != nil {
+		return err
+	}
+	defer res.Close()
+
+	// A running instance (the one being upgraded) hands its sockets over:
+	// not one query is lost between its last read and this one's first.
+	var succ *handover.Successor
+	var inherited []*os.File
+	if cfg.handoverDir != "" {
+		succ, inherited, err = handover.Receive(ctx, cfg.handoverDir, cfg.listen)
+		if err != nil {
+			log.Warn("no socket handover; binding afresh", zap.Error(err))
+		} else if succ != nil {
+			log.Info("taking over the sockets of a running instance", zap.Int("sockets", len(inherited)))
+		}
+	}
+	abort := func() {
+		if succ != nil {
+			_ = succ.Abort()
+		}
+	}
+	srv, err := server.New(server.Config{
+		Listen:      cfg.listen,
+		MaxInflight: cfg.maxInflight,
+		// The addresses go onto the interface only once the backend is
+		// ready (DESIGN.md, "Lifecycle rules"): bind them before that.
+		FreeBind:  cfg.setupNetwork,
+		Inherited: inherited,
+	}, res, log.Named("server"), reg)
+	if err != nil {
+		abort()
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		abort()
+		return err
+	}
+	// Readiness: serving, and not shutting down. The backend's own state
+	// does not make the frontend unready: it keeps answering from cache and
+	// fallbacks, and /ready's detail says how the backend is doing.
+	var stopping atomic.Bool
+	ready := func() (bool, string) {
+		if stopping.Load() {
+			return false, "shutting down"
+		}
+		return true, pool.Status().String()
+	}
+	httpSrv, httpAddrs, err := serveHTTP(ctx, cfg, reg, ready, log)
+	if err != nil {
+		abort()
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	nw, err := newNetwork(cfg, log.Named("nodenet"), reg)
+	if err != nil {
+		abort()
+		_ = srv.Shutdown(context.Background())
+		return errors.Join(err, closeHTTP(httpSrv))
+	}
+	if err := nw.Setup(ctx); err != nil {
+		log.Error("node network setup", zap.Error(err))
+		abort()
+		_ = srv.Shutdown(context.Background())
+		return errors.Join(err, nw.Teardown(context.Background()), closeHTTP(httpSrv))
+	}
+	if succ != nil {
+		if err := succ.Ready(); err != nil {
+			log.Warn("socket handover", zap.Error(err))
+		} else {
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, cfg.shutdownTimeout+10*time.Second)
+				defer cancel()
+				if err := succ.Wait(wctx); err != nil {
+					log.Warn("predecessor did not confirm its drain", zap.Error(err))
+					return
+				}
+				log.Info("predecessor drained; sockets taken over")
+			}()
+		}
+	}
+	handedOver := make(chan *handover.Handover, 1)
+	if cfg.handoverDir != "" {
+		ln, err := handover.Listen(cfg.handoverDir, cfg.listen, log.Named("handover"))
+		if err != nil {
+			log.Warn("hitless upgrades disabled", zap.Error(err))
+		} else {
+			defer ln.Close()
+			go func() {
+				if h, err := ln.Accept(ctx, srv); err == nil {
+					handedOver <- h
+				}
+			}()
+		}
+	}
+	if started != nil {
+		started(listening{DNS: srv.Addrs(), Metrics: httpAddrs[0], Health: httpAddrs[1]})
+	}
+	log.Info("ready", zap.Strings("dns", srv.Addrs()), zap.String("metrics", httpAddrs[0]), zap.String("health", httpAddrs[1]))
+
+	select {
+	case <-ctx.Done():
+	case h := <-handedOver:
+		return handOver(ctx, cfg, log, srv, h, &stopping, httpSrv)
+	}
+	log.Info("shutting down", zap.Duration("timeout", cfg.shutdownTimeout))
+	stopping.Store(true)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	// Order: stop reading and drain while the rules still point here, then
+	// remove the rules (queries from then on fail over to whatever pods'
+	// resolvers do), then stop serving metrics.
+	serr := srv.Shutdown(sctx)
+	if serr != nil {
+		log.Warn("drain incomplete", zap.Error(serr))
+	}
+	terr := nw.Teardown(context.WithoutCancel(sctx))
+	herr := closeHTTP(httpSrv)
+	log.Info("stopped")
+	return errors.Join(terr, herr)
+}
+
+// handOver finishes a handover on the old instance: a successor serves the
+// sockets now. The HTTP listeners close first so that probes reach only the
+// successor; then the queries already read are answered. The node network
+// stays: the successor owns it. The process then idles until it is told to
+// stop, because an exit would make Kubernetes restart the old pod, which
+// would take the sockets back.
+func handOver(ctx context.Context, cfg config, log *zap.Logger, srv *server.Server, h *handover.Handover,
+	stopping *atomic.Bool, httpSrv []*http.Server) error {
+	log.Info("a newer instance took the sockets over; draining")
+	stopping.Store(true)
+	srv.StopReading()
+	herr := closeHTTP(httpSrv)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("drain incomplete", zap.Error(err))
+	}
+	if err := h.Done(); err != nil {
+		log.Warn("handover done", zap.Error(err))
+	}
+	log.Info("handed over; idle until stopped")
+	<-ctx.Done()
+	log.Info("stopped")
+	return herr
+}
+
+// serveHTTP starts the metrics and health servers (each skipped when its
+// address is empty) on SO_REUSEPORT listeners, so that a second instance
+// during a surge upgrade can bind the same ports. It returns the servers and
+// their bound addresses (metrics, health).
+func serveHTTP(ctx context.Context, cfg config, reg *prometheus.Registry, ready health.Checker, log *zap.Logger) ([]*http.Server, [2]string, error) {
+	var srvs []*http.Server
+	var addrs [2]string
+	for i, h := range []struct {
+		addr    string
+		handler http.Handler
+	}{
+		{cfg.metricsAddr, metrics.Handler(reg)},
+		{cfg.healthAddr, health.Handler(ready)},
+	} {
+		if h.addr == "" {
+			continue
+		}
+		l, err := server.ListenReusePort(ctx, h.addr)
+		if err != nil {
+			return nil, addrs, errors.Join(err, closeHTTP(srvs))
+		}
+		hs := &http.Server{Handler: h.handler, ReadHeaderTimeout: 5 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
+		go func() {
+			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", zap.String("addr", l.Addr().String()), zap.Error(err))
+			}
+		}()
+		srvs = append(srvs, hs)
+		addrs[i] = l.Addr().String()
+	}
+	return srvs, addrs, nil
+}
+
+func closeHTTP(srvs []*http.Server) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var errs []error
+	for _, s := range srvs {
+		if err := s.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
