@@ -1,0 +1,92 @@
+package gate
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Defaults for Config fields left at their zero value.
+const (
+	// DefaultBackend is the backend's DNS listener for the frontend.
+	DefaultBackend = "127.0.0.1:5300"
+	// DefaultReadyURL is CoreDNS's ready plugin on the backend. It is the
+	// default of the --backend-ready-url flag; in Config an empty ReadyURL
+	// turns the HTTP probe off.
+	DefaultReadyURL = "http://127.0.0.1:8181/ready"
+	// DefaultProbeName and DefaultProbeType make the DNS probe ask ". NS".
+	DefaultProbeName = "."
+	DefaultProbeType = dns.TypeNS
+	// DefaultInterval is the time between probes: a restarted backend is
+	// noticed within a second, at the cost of two loopback requests.
+	DefaultInterval = time.Second
+)
+
+// Config configures a Gate. Zero values take the defaults above, except
+// ReadyURL.
+type Config struct {
+	// Backend is the backend's TCP DNS address. Default DefaultBackend.
+	Backend string
+	// ReadyURL is the backend's readiness URL; any status but 200 means
+	// not ready. Empty: no HTTP probe, the DNS probe alone decides.
+	ReadyURL string
+	// ProbeName and ProbeType form the DNS probe's question.
+	// Defaults DefaultProbeName and DefaultProbeType.
+	ProbeName string
+	ProbeType uint16
+	// Interval is the time between probes. Default DefaultInterval.
+	Interval time.Duration
+	// Timeout bounds each probe. Default Interval.
+	Timeout time.Duration
+	// OnChange, when set, is called with the new state each time readiness
+	// changes, on the probing goroutine (so calls never overlap); it must
+	// not block.
+	OnChange func(ready bool, detail string)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Backend == "" {
+		c.Backend = DefaultBackend
+	}
+	if c.ProbeName == "" {
+		c.ProbeName = DefaultProbeName
+	}
+	if c.ProbeType == 0 {
+		c.ProbeType = DefaultProbeType
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = c.Interval
+	}
+	return c
+}
+
+// Validate reports every invalid field of c after defaults are applied.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Backend); err != nil {
+		errs = append(errs, fmt.Errorf("backend %q: %w", c.Backend, err))
+	}
+	if c.ReadyURL != "" {
+		u, err := url.Parse(c.ReadyURL)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ready url: %w", err))
+		} else if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("ready url %q: want http://host:port/path", c.ReadyURL))
+		}
+	}
+	if _, ok := dns.IsDomainName(c.ProbeName); !ok {
+		errs = append(errs, fmt.Errorf("probe name %q: not a domain name", c.ProbeName))
+	}
+	if c.Interval < 0 || c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("interval %v, timeout %v: must be positive", c.Interval, c.Timeout))
+	}
+	return errors.Join(errs...)
+}
