@@ -65,6 +65,9 @@ type Result struct {
 	Kind Kind
 	// Rcode of the answer on a hit.
 	Rcode int
+	// Stale: the hit is an expired entry served during the failure recheck
+	// interval set by RefreshFailed.
+	Stale bool
 	// Prefetch asks the caller to refresh the entry in the background; it
 	// is set for one caller only until PrefetchDone or Set.
 	Prefetch bool
@@ -159,15 +162,22 @@ func (c *Cache) Get(dst []byte, q *dnswire.Query, limit int) ([]byte, Result) {
 	now := c.now()
 	s.mu.Lock()
 	e := s.lookup(h, key)
+	stale := false
 	if e == nil || now >= e.expiry {
-		if e != nil && now >= e.staleT {
-			c.drop(s, e)
+		// An expired entry whose refresh failed recently is served stale
+		// without asking the backend again (RFC 8767 §5, failure recheck).
+		if e != nil && now < e.recheck && now < e.staleT {
+			stale = true
+		} else {
+			if e != nil && now >= e.staleT {
+				c.drop(s, e)
+			}
+			s.st.Misses++
+			s.mu.Unlock()
+			return dst, Result{}
 		}
-		s.st.Misses++
-		s.mu.Unlock()
-		return dst, Result{}
 	}
-	res := Result{Hit: true, Kind: e.kind, Rcode: int(e.msg()[3] & 0xf)}
+	res := Result{Hit: true, Stale: stale, Kind: e.kind, Rcode: int(e.msg()[3] & 0xf)}
 	if e.kind == Success {
 		s.pos.hit(e)
 		s.st.Hits[0]++
@@ -176,13 +186,13 @@ func (c *Cache) Get(dst []byte, q *dnswire.Query, limit int) ([]byte, Result) {
 		s.st.Hits[1]++
 	}
 	e.hits++
-	if c.cfg.PrefetchHits > 0 && e.kind != ServFail && !e.prefetching &&
+	if !stale && c.cfg.PrefetchHits > 0 && e.kind != ServFail && !e.prefetching &&
 		e.hits >= uint32(c.cfg.PrefetchHits) && (e.expiry-now)*10 < int64(e.ttl)*int64(time.Second) {
 		e.prefetching = true
 		res.Prefetch = true
 	}
 	s.mu.Unlock()
-	return e.write(dst, q, age(now, e.stored), false, limit), res
+	return e.write(dst, q, age(now, e.stored), stale, limit), res
 }
 
 // GetStale writes the answer for q, fresh or expired up to the serve-stale
@@ -201,6 +211,24 @@ func (c *Cache) GetStale(dst []byte, q *dnswire.Query, limit int) (resp []byte, 
 	s.mu.Unlock()
 	stale = now >= e.expiry
 	return e.write(dst, q, age(now, e.stored), stale, limit), stale, true
+}
+
+// RecheckInterval is how long an expired entry is served stale by Get,
+// without a miss, after a refresh failed: RFC 8767 §5 suggests 30 seconds
+// for this failure recheck timer.
+const RecheckInterval = 30 * time.Second
+
+// RefreshFailed records that the backend could not refresh key: until
+// RecheckInterval has passed, Get serves the entry stale (while it is
+// within the serve-stale window) instead of reporting a miss.
+func (c *Cache) RefreshFailed(key []byte) {
+	s, h := c.shard(key)
+	now := c.now()
+	s.mu.Lock()
+	if e := s.lookup(h, key); e != nil && e.kind != ServFail {
+		e.recheck = now + int64(RecheckInterval)
+	}
+	s.mu.Unlock()
 }
 
 // PrefetchDone allows another prefetch of key, after one that failed.

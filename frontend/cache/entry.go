@@ -28,6 +28,7 @@ type Entry struct {
 	seg         uint8
 	hits        uint32
 	prefetching bool
+	recheck     int64 // unix ns: until then an expired entry is served stale
 
 	hash   uint64
 	data   []byte   // the key, then the packed answer: ID 0, lowercased question, no OPT

@@ -99,6 +99,9 @@ func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool)
 	if !res.Hit {
 		return nil, false
 	}
+	if res.Stale {
+		r.m.servedStale.Inc()
+	}
 	if res.Prefetch {
 		r.prefetch(q.Key())
 	}
@@ -125,6 +128,7 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 		if out, stale, ok := r.cache.GetStale(dst[:0], &q, limit); ok {
 			if stale {
 				r.m.servedStale.Inc()
+				r.cache.RefreshFailed(key)
 			}
 			r.m.response(pluginCache, int(out[3]&0xf), start, 1)
 			return out

@@ -191,25 +191,32 @@ func TestServeStale(t *testing.T) {
 	req := pack(t, "stale.example.", dns.TypeA, nil)
 	serve(t, r, req, server.UDP)
 
+	down := func(*dns.Msg) (*dns.Msg, error) { return nil, errDown }
 	tests := []struct {
 		name      string
 		advance   time.Duration
 		backend   func(*dns.Msg) (*dns.Msg, error)
+		wantHit   bool // answered by ServeFast
+		wantCalls int
 		wantRcode int
 		wantTTL   uint32
 		wantStale float64
 	}{
-		{"backend down, expired: stale", 61 * time.Second, func(*dns.Msg) (*dns.Msg, error) { return nil, errDown }, dns.RcodeSuccess, 30, 1},
-		{"backend SERVFAIL: stale", 0, records(t, dns.RcodeServerFailure), dns.RcodeSuccess, 30, 2},
-		{"past the window: SERVFAIL", 10 * time.Minute, func(*dns.Msg) (*dns.Msg, error) { return nil, errDown }, dns.RcodeServerFailure, 0, 2},
+		{"backend down, expired: stale", 61 * time.Second, down, false, 2, dns.RcodeSuccess, 30, 1},
+		{"within the recheck interval: stale without asking", 29 * time.Second, down, true, 2, dns.RcodeSuccess, 30, 2},
+		{"recheck: backend SERVFAIL, stale", 2 * time.Second, records(t, dns.RcodeServerFailure), false, 3, dns.RcodeSuccess, 30, 3},
+		{"past the window: SERVFAIL", 10 * time.Minute, down, false, 4, dns.RcodeServerFailure, 0, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk.Advance(tt.advance)
 			ex.set(tt.backend)
 			out, hit := serve(t, r, req, server.UDP)
-			if hit {
-				t.Fatal("expired entry served as a hit")
+			if hit != tt.wantHit {
+				t.Errorf("hit %v, want %v", hit, tt.wantHit)
+			}
+			if n := ex.ncalls(); n != tt.wantCalls {
+				t.Errorf("%d exchanges, want %d", n, tt.wantCalls)
 			}
 			m := unpack(t, out)
 			if m.Rcode != tt.wantRcode {
