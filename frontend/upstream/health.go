@@ -21,6 +21,7 @@ type health struct {
 	retryAt   time.Time     // when down, the earliest trial; guarded by mu
 	backoff   time.Duration // the wait after the next failed trial; guarded by mu
 	trial     bool          // a trial is running; guarded by mu
+	lastOK    time.Time     // end of the most recent success; guarded by mu
 	lastErr   error         // most recent failure, nil until one; guarded by mu
 	lastErrAt time.Time     // guarded by mu
 }
@@ -41,22 +42,33 @@ func (h *health) admit(now time.Time) bool {
 	return true
 }
 
-// success records a good exchange and reports whether the address was down.
-func (h *health) success() (wasDown bool) {
+// success records a good exchange ending at now and reports whether the
+// address was down.
+func (h *health) success(now time.Time) (wasDown bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	wasDown = h.down
+	h.lastOK = now
 	h.fails, h.down, h.trial, h.backoff = 0, false, false, 0
 	return wasDown
 }
 
-// failure records a failed attempt at now and reports whether it marked the
-// address down (a failed trial keeps it down and reports false).
-func (h *health) failure(now time.Time, err error) (wentDown bool) {
+// failure records an attempt that started at start and failed at now, and
+// reports whether it marked the address down (a failed trial keeps it down
+// and reports false).
+//
+// A timeout does not count against an address that answered another query
+// while this one waited: the address is alive, and the slowness belongs to
+// the name (the backend forwarding it to a slow resolver), which a healthy
+// backend must not be marked down for.
+func (h *health) failure(start, now time.Time, err error) (wentDown bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.fails++
 	h.lastErr, h.lastErrAt = err, now
+	if !h.down && Reason(err) == ReasonTimeout && h.lastOK.After(start) {
+		return false
+	}
+	h.fails++
 	if h.down {
 		// A failed trial: wait longer before the next one.
 		h.trial = false

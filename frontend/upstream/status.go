@@ -67,8 +67,11 @@ func (s Status) String() string {
 		return fmt.Sprintf("backend %s healthy", b.Addr)
 	}
 	msg := fmt.Sprintf("backend %s down (%s)", b.Addr, b.LastReason)
-	if s.UsingKind == kindFallback {
+	switch {
+	case len(s.Addresses) == 1:
+		return msg + ", no fallback configured"
+	case s.UsingKind == kindFallback:
 		return msg + ", using fallback " + s.Using
 	}
-	return msg + ", no fallback answering"
+	return msg + ", no fallback has answered yet"
 }

@@ -203,7 +203,7 @@ func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
 		p.m.duration.WithLabelValues(a.kind).Observe(end.Sub(start).Seconds())
 		if err == nil {
 			p.m.requests.WithLabelValues(a.kind, resultOK).Inc()
-			if a.health.success() {
+			if a.health.success(end) {
 				p.m.healthy.WithLabelValues(a.kind, a.addr).Set(1)
 				p.log.Info("upstream is answering again", zap.String("upstream", a.kind), zap.String("address", a.addr))
 			}
@@ -225,7 +225,7 @@ func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
 			result = resultTimeout
 		}
 		p.m.requests.WithLabelValues(a.kind, result).Inc()
-		if a.health.failure(end, err) {
+		if a.health.failure(start, end, err) {
 			a.flush()
 			p.m.healthy.WithLabelValues(a.kind, a.addr).Set(0)
 			p.log.Warn("upstream marked down", zap.String("upstream", a.kind), zap.String("address", a.addr),
@@ -257,7 +257,7 @@ func (p *Pool) first() *address {
 // linger half-closed after the backend's own idle timeout.
 func (p *Pool) janitor() {
 	defer p.wg.Done()
-	t := time.NewTicker(p.cfg.IdleTimeout / 2)
+	t := time.NewTicker(max(p.cfg.IdleTimeout/2, 10*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
