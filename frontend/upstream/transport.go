@@ -214,8 +214,11 @@ func check(r *dns.Msg, id uint16, q dns.Question) error {
 	if !r.Response {
 		return fmt.Errorf("%w: QR bit not set", ErrMismatch)
 	}
-	if len(r.Question) == 0 && r.Rcode == dns.RcodeFormatError {
-		// A FORMERR may carry no question (RFC 6891 section 7).
+	if len(r.Question) == 0 && r.Rcode != dns.RcodeSuccess && r.Rcode != dns.RcodeNameError &&
+		len(r.Answer)+len(r.Ns) == 0 {
+		// An error answer may omit the question (RFC 1035 section 4.1.1
+		// leaves it to the server; RFC 6891 section 7 for FORMERR). It
+		// carries nothing to cache, so the ID match is enough.
 		return nil
 	}
 	if len(r.Question) != 1 {

@@ -297,6 +297,7 @@ func TestExchangeRejectsMismatch(t *testing.T) {
 		{"name", func(m *dns.Msg) { m.Question[0].Name = "other.example." }},
 		{"type", func(m *dns.Msg) { m.Question[0].Qtype = dns.TypeMX }},
 		{"not a response", func(m *dns.Msg) { m.Response = false }},
+		{"no question in a NOERROR", func(m *dns.Msg) { m.Question = nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := dnstest.Start(t, dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
@@ -314,6 +315,20 @@ func TestExchangeRejectsMismatch(t *testing.T) {
 				t.Errorf("conns_open = %v: a connection out of step must be closed", n)
 			}
 		})
+	}
+}
+
+func TestExchangeAcceptsErrorWithoutQuestion(t *testing.T) {
+	srv := dnstest.Start(t, dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetRcode(r, dns.RcodeFormatError)
+		m.Question = nil
+		_ = w.WriteMsg(m)
+	}))
+	p, _ := newPool(t, Config{Backend: srv.Addr})
+	r, err := p.Exchange(context.Background(), dnstest.Query("q.example.", dns.TypeA))
+	if err != nil || r.Rcode != dns.RcodeFormatError {
+		t.Fatalf("Exchange = %v, %v; want the FORMERR", r, err)
 	}
 }
 
