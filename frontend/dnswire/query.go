@@ -127,12 +127,9 @@ func ParseQuery(b []byte, q *Query) error {
 			return ErrName
 		}
 		q.key[n] = byte(l)
-		for i := 1; i <= l; i++ {
-			c := b[off+i]
-			if 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			q.key[n+i] = c
+		src, dst := b[off+1:off+1+l], q.key[n+1:n+1+l]
+		for i, c := range src {
+			dst[i] = lower[c]
 		}
 		off += 1 + l
 		if l == 0 {
@@ -195,6 +192,18 @@ func ParseQuery(b []byte, q *Query) error {
 	}
 	return nil
 }
+
+// lower maps ASCII upper case to lower case and every other byte to itself
+// (RFC 4343: DNS names compare case-insensitively in ASCII only).
+var lower = func() (t [256]byte) {
+	for i := range t {
+		t[i] = byte(i)
+		if 'A' <= i && i <= 'Z' {
+			t[i] = byte(i) + 'a' - 'A'
+		}
+	}
+	return t
+}()
 
 // skipName returns the offset after the name at off, stopping at the first
 // compression pointer (which is not followed).

@@ -3,6 +3,7 @@ package resolver
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -435,5 +436,24 @@ func TestTruncatedBackendAnswerPassedOnNotCached(t *testing.T) {
 	}
 	if _, hit := serve(t, r, req, server.UDP); hit {
 		t.Error("a truncated answer was cached")
+	}
+}
+
+// TestReadmeListsMetrics keeps README.md's metrics list in step with the
+// registered series.
+func TestReadmeListsMetrics(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, reg := newResolver(t, DefaultConfig(), &fakeExchanger{fn: records(t, 0)}, nil)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if !bytes.Contains(readme, []byte("`"+mf.GetName()+"{")) && !bytes.Contains(readme, []byte("`"+mf.GetName()+"`")) {
+			t.Errorf("README.md does not list %s", mf.GetName())
+		}
 	}
 }
