@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -221,11 +221,11 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 	}
 	up0 := r.be.Queries()
 	var profDone chan struct{}
-	if r.cfg.Profile && r.name == Frontend {
+	if r.cfg.Profile {
 		profDone = make(chan struct{})
 		go func() {
 			defer close(profDone)
-			row.Profile, row.ProfError = fetchProfile(ctx, env.metrics, r.cfg.Duration, filepath.Join(r.dir, "frontend.cpu.pprof"))
+			row.Profile, row.ProfError = perfRecord(ctx, p.pid(), r.cfg.Duration, filepath.Join(r.dir, r.name+".perf"))
 		}()
 	}
 	row.Dnsperf, err = r.dnsperf(ctx, 0, r.cfg.Duration, "qps")
@@ -251,7 +251,17 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 		row.Dnsperf.QPS, row.Dnsperf.Lost, row.CPU.Seconds(), row.QPerCPU, row.Upstream)
 
 	// Fixed-rate run for latency.
+	if r.cfg.Realtime {
+		if err := errors.Join(setRealtime(p.pid(), true, 0), setRealtime(0, true, 0)); err != nil {
+			return row, fmt.Errorf("real-time scheduling for the latency run: %w", err)
+		}
+	}
 	row.Latency, err = runFixedRate(ctx, addr, r.qs, r.cfg.Rate, r.cfg.Duration)
+	if r.cfg.Realtime {
+		if rerr := errors.Join(setRealtime(p.pid(), false, r.cfg.Nice), setRealtime(0, false, r.cfg.Nice)); rerr != nil && err == nil {
+			err = fmt.Errorf("back to normal scheduling: %w", rerr)
+		}
+	}
 	if err != nil {
 		return row, err
 	}
@@ -320,29 +330,27 @@ func (r *runner) waitReady(ctx context.Context, p *process, addr string) error {
 	return fmt.Errorf("not answering on %s after %s: %v (log: %s)", addr, readyTimeout, lastErr, p.log.Name())
 }
 
-// fetchProfile saves a CPU profile of duration d from the pprof handler on
-// addr (net/http/pprof) to path.
-func fetchProfile(ctx context.Context, addr string, d time.Duration, path string) (string, error) {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// perfRecord samples pid's call stacks (user and kernel) with perf for d
+// and writes the recording to base.data and a flat report by shared object
+// and symbol to base.txt, which it returns. Symbols of Go binaries need a
+// build without -ldflags=-s; the split between the binary and [kernel]
+// (the syscall share) shows either way.
+func perfRecord(ctx context.Context, pid int, d time.Duration, base string) (string, error) {
+	perf, err := lookPath("perf")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("profile: %w (Debian package linux-perf)", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	data, txt := base+".data", base+".txt"
+	rec := exec.CommandContext(ctx, perf, "record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(pid), "-o", data,
+		"--", "sleep", strconv.FormatFloat(d.Seconds(), 'f', -1, 64))
+	if out, err := rec.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("perf record: %w: %s", err, out)
+	}
+	rep := exec.CommandContext(ctx, perf, "report", "-i", data, "--stdio", "--no-children",
+		"--sort", "dso,symbol", "--percent-limit", "0.5", "-g", "none")
+	out, err := rep.Output()
 	if err != nil {
-		return "", fmt.Errorf("fetch %s: %w", url, err)
+		return "", fmt.Errorf("perf report: %w", err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("fetch %s: %s (the frontend serves no pprof on its metrics port)", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return "", err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return "", fmt.Errorf("fetch %s: %w", url, err)
-	}
-	return path, f.Close()
+	return txt, os.WriteFile(txt, out, 0o644)
 }

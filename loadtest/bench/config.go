@@ -52,13 +52,20 @@ type Config struct {
 	// work, -20 keeps that work from dominating latency and throughput;
 	// the CPU-seconds figures hold either way. Default 0: unchanged.
 	Nice int
+	// Realtime runs the latency run's server and generator under SCHED_RR,
+	// so that other work on the machine cannot delay their wake-ups and set
+	// the percentiles. The server then uses a fraction of its CPU, and the
+	// kernel's real-time throttling leaves other work at least 5%.
+	// Default false.
+	Realtime bool
 	// FrontendBin is the nodedns-frontend binary. Default bin/nodedns-frontend.
 	FrontendBin string
 	// CoreDNSBin is the CoreDNS build run with NodeLocal DNSCache's Corefile.
 	// Default bin/nodedns-backend.
 	CoreDNSBin string
-	// Profile fetches a CPU profile of the frontend over its metrics port
-	// (/debug/pprof/profile) during the saturating run. Default false.
+	// Profile records each server with perf during the saturating run
+	// (NAME.perf.data and a flat report NAME.perf.txt in OutDir).
+	// Default false.
 	Profile bool
 }
 

@@ -258,3 +258,36 @@ func forAllThreads(f func(tid int) error) error {
 	}
 	return errors.Join(errs...)
 }
+
+// rtPriority is the SCHED_RR priority of the latency run: the lowest, so
+// the kernel's own real-time threads still come first.
+const rtPriority = 1
+
+// setRealtime puts every thread of pid (0: the harness itself) under
+// SCHED_RR at rtPriority when on, or back under SCHED_NORMAL with nice.
+// Threads created later inherit the policy of the thread creating them.
+func setRealtime(pid int, on bool, nice int) error {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL, Nice: int32(nice)}
+	if on {
+		attr = unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_RR, Priority: rtPriority}
+	}
+	dir := "/proc/self/task"
+	if pid != 0 {
+		dir = filepath.Join("/proc", strconv.Itoa(pid), "task")
+	}
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetAttr(tid, &attr, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -32,8 +32,8 @@ func (r *Report) Row(server string) *Row {
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "Cache-hit benchmark, %s, %d names (A/AAAA, 1%% NXDOMAIN; %d for RSS), %s per run, pinning %v, nice %d, load average at start %s\n",
-		r.Start.UTC().Format(time.RFC3339), c.Names, c.RSSNames, c.Duration, c.Pin, c.Nice, r.LoadAvg)
+	fmt.Fprintf(&b, "Cache-hit benchmark, %s, %d names (A/AAAA, 1%% NXDOMAIN; %d for RSS), %s per run, pinning %v, nice %d, real-time latency run %v, load average at start %s\n",
+		r.Start.UTC().Format(time.RFC3339), c.Names, c.RSSNames, c.Duration, c.Pin, c.Nice, c.Realtime, r.LoadAvg)
 	fmt.Fprintf(&b, "command: %s\n\n", r.Command)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -77,8 +77,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(&b, "  p99 at %d qps:     %s vs unbound %s = %.2fx (target <= 1x)\n", c.Rate,
 				fmtLatency(fe.Latency.P99), fmtLatency(unbound.Latency.P99), ratio(float64(fe.Latency.P99), float64(unbound.Latency.P99)))
 		}
-		if fe.Profile != "" {
-			fmt.Fprintf(&b, "  CPU profile of the saturating run: %s (go tool pprof -top %s)\n", fe.Profile, fe.Profile)
+	}
+	for _, row := range r.Rows {
+		if row.Profile != "" {
+			fmt.Fprintf(&b, "profile of %s's saturating run: %s\n", row.Server, row.Profile)
+		}
+		if row.ProfError != nil {
+			fmt.Fprintf(&b, "no profile of %s: %v\n", row.Server, row.ProfError)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
