@@ -154,8 +154,10 @@ func (s *shard) lookup(h uint64, key []byte) *entry {
 }
 
 // Get writes the fresh answer for q into dst[:0] and returns it with
-// Result.Hit set, or returns a miss. limit is the largest response the
-// client accepts (see dnswire.Query.Limit). It does not allocate.
+// Result.Hit set (or, within RecheckInterval of a RefreshFailed, the stale
+// answer with Result.Stale set too), or returns a miss. limit is the largest
+// response the client accepts (see dnswire.Query.Limit). It does not
+// allocate.
 func (c *Cache) Get(dst []byte, q *dnswire.Query, limit int) ([]byte, Result) {
 	key := q.Key()
 	s, h := c.shard(key)

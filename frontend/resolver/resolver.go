@@ -128,7 +128,9 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 		if out, stale, ok := r.cache.GetStale(dst[:0], &q, limit); ok {
 			if stale {
 				r.m.servedStale.Inc()
-				r.cache.RefreshFailed(key)
+				if ctx.Err() == nil { // our own shutdown is no backend failure
+					r.cache.RefreshFailed(key)
+				}
 			}
 			r.m.response(pluginCache, int(out[3]&0xf), start, 1)
 			return out
