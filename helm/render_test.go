@@ -27,6 +27,7 @@ var renderCases = []struct {
 	{"IPv6 iptables", "localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}\nfallback: {clusterIP: fd00:10:96::b}"},
 	{"no native sidecar", `backend: {nativeSidecar: false}`},
 	{"no fallback", `fallback: {enabled: false}`},
+	{"migration: existing kube-dns Service", `service: {create: false}`},
 	{"stub domains", "stubDomains:\n  consul.local: [10.150.0.1, 10.150.0.2]\n  corp.example: [192.0.2.53]"},
 	{"monitoring", "prometheus:\n  monitor: {enabled: true, namespace: monitoring, interval: 15s, additionalLabels: {release: prom}}\ndashboards: {enabled: true}"},
 	{"no rbac, existing service account", "rbac: {create: false}\nserviceAccount: {create: false, name: dns}"},
@@ -79,7 +80,7 @@ func TestRender(t *testing.T) {
 				t.Fatalf("%v in %s", err, Kinds(objs))
 			}
 			checkPod(t, ds, vals)
-			checkServices(t, objs, ds)
+			checkServices(t, objs, ds, vals)
 			checkRBAC(t, objs, ds)
 			checkConfigMaps(t, objs, ds, vals)
 			checkMonitoring(t, objs, vals)
@@ -249,7 +250,7 @@ func checkProbe(t *testing.T, what string, p *corev1.Probe, path string, port in
 	}
 }
 
-func checkServices(t *testing.T, objs []Object, ds *appsv1.DaemonSet) {
+func checkServices(t *testing.T, objs []Object, ds *appsv1.DaemonSet, vals map[string]any) {
 	t.Helper()
 	podLabels := labels.Set(ds.Spec.Template.Labels)
 	var dns, fallback *corev1.Service
@@ -276,7 +277,13 @@ func checkServices(t *testing.T, objs []Object, ds *appsv1.DaemonSet) {
 		}
 	}
 	if dns == nil {
-		t.Fatal("no kube-dns Service")
+		if get(vals, "service", "create") != false {
+			t.Fatal("no kube-dns Service")
+		}
+		dns = &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{
+			{Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(5301)},
+			{Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(5301)},
+		}}}
 	}
 	var protos []corev1.Protocol
 	for _, p := range dns.Spec.Ports {
