@@ -1,0 +1,68 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestCoreDNS gates on the real backend (CoreDNS with its ready plugin):
+// the binary named by NODEDNS_BACKEND, else bin/nodedns-backend.
+func TestCoreDNS(t *testing.T) {
+	bin := os.Getenv("NODEDNS_BACKEND")
+	if bin == "" {
+		bin = filepath.Join("..", "..", "bin", "nodedns-backend")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no backend binary (%v): run `make build` or set NODEDNS_BACKEND", err)
+	}
+	dnsAddr, readyAddr := freeAddr(t), freeAddr(t)
+	_, port, _ := net.SplitHostPort(dnsAddr)
+	conf := filepath.Join(t.TempDir(), "Corefile")
+	corefile := fmt.Sprintf(".:%s {\n    bind 127.0.0.1\n    ready %s\n    template IN NS . {\n        rcode NOERROR\n    }\n}\n", port, readyAddr)
+	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	g, _, changes := run(t, Config{Backend: dnsAddr, ReadyURL: "http://" + readyAddr + "/ready"})
+	if c := next(t, changes); c.ready || !strings.Contains(c.detail, "connection refused") {
+		t.Fatalf("before start: %+v", c)
+	}
+	cmd := exec.Command(bin, "-conf", conf, "-quiet")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := g.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, detail := g.Ready(); !ok || !strings.Contains(detail, "NOERROR") {
+		t.Errorf("Ready() = %v, %q", ok, detail)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	for {
+		c := next(t, changes)
+		if !c.ready {
+			break
+		}
+	}
+}
