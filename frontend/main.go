@@ -129,27 +129,34 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		abort()
 		return err
 	}
-	// Readiness: serving, and not shutting down. The backend's own state
-	// does not make the frontend unready: it keeps answering from cache and
-	// fallbacks, and /ready's detail says how the backend is doing.
+	nw, g, err := startNetwork(ctx, cfg, log, reg)
+	if err != nil {
+		abort()
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	// Readiness: serving, the node's DNS taken over (which waits for the
+	// backend), and not shutting down. A backend that goes down later does
+	// not make the frontend unready: it keeps answering from cache and
+	// fallbacks, and /ready's detail says so.
 	var stopping atomic.Bool
 	ready := func() (bool, string) {
 		if stopping.Load() {
 			return false, "shutting down"
 		}
-		return true, pool.Status().String()
+		ok, detail := nw.Status()
+		if g != nil {
+			if bok, bdetail := g.Ready(); !bok {
+				detail += "; backend down, serving from cache and fallbacks: " + bdetail
+			}
+		}
+		return ok, detail + "; " + pool.Status().String()
 	}
 	httpSrv, httpAddrs, err := serveHTTP(ctx, cfg, reg, ready, log)
 	if err != nil {
 		abort()
 		_ = srv.Shutdown(context.Background())
 		return err
-	}
-	nw, err := newNetwork(cfg, log.Named("nodenet"), reg)
-	if err != nil {
-		abort()
-		_ = srv.Shutdown(context.Background())
-		return errors.Join(err, closeHTTP(httpSrv))
 	}
 	if err := nw.Setup(ctx); err != nil {
 		log.Error("node network setup", zap.Error(err))
@@ -194,6 +201,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	select {
 	case <-ctx.Done():
 	case h := <-handedOver:
+		nw.Leave()
 		return handOver(ctx, cfg, log, srv, h, &stopping, httpSrv)
 	}
 	log.Info("shutting down", zap.Duration("timeout", cfg.shutdownTimeout))

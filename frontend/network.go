@@ -3,28 +3,210 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/nodedns/nodedns/frontend/gate"
+	"github.com/nodedns/nodedns/frontend/nodenet"
 )
 
 // network is the node networking the frontend owns: the interface holding
 // the local IPs and the rules that steer pods' queries to them.
 type network interface {
-	// Setup installs the interface and rules and keeps them reconciled
-	// until Teardown. It returns once the first installation is done.
+	// Setup starts taking over the node's DNS in the background: once the
+	// backend is ready it installs the interface and rules and keeps them
+	// reconciled until Teardown or Leave. It returns at once.
 	Setup(ctx context.Context) error
-	// Teardown stops reconciling and removes the rules, then the interface.
+	// Status reports whether the takeover is done, with a detail for /ready.
+	Status() (ok bool, detail string)
+	// Teardown stops reconciling and, unless another instance runs on the
+	// node, removes the rules, then the interface.
 	Teardown(ctx context.Context) error
+	// Leave stops reconciling and leaves the interface and rules to the
+	// instance that took the sockets over.
+	Leave()
+}
+
+// backendGate is the part of gate.Gate the takeover waits on.
+type backendGate interface {
+	Wait(ctx context.Context) error
+	Ready() (bool, string)
+}
+
+// presenceLock is the lock file in the handover directory through which
+// instances on one node learn whether another one is running.
+const presenceLock = "network.lock"
+
+// startNetwork starts the backend gate (with --setup-network only: it
+// decides when the node's DNS is taken over) and returns the node
+// networking, not yet set up. The gate runs until ctx ends.
+func startNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *prometheus.Registry) (network, *gate.Gate, error) {
+	if !cfg.setupNetwork {
+		return noNetwork{}, nil, nil
+	}
+	g, err := gate.New(gate.Config{Backend: cfg.backend, ReadyURL: cfg.backendReadyURL}, log.Named("gate"), reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	go func() { _ = g.Run(ctx) }()
+	nw, err := newNetwork(ctx, cfg, log, reg, g)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nw, g, nil
 }
 
 // newNetwork returns the node networking for cfg: nothing at all with
 // --setup-network=false.
-func newNetwork(cfg config, _ *zap.Logger, _ prometheus.Registerer) (network, error) {
+func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg prometheus.Registerer, g backendGate) (network, error) {
 	if !cfg.setupNetwork {
 		return noNetwork{}, nil
 	}
-	return nil, errors.New("--setup-network=true: node networking is not part of this build yet; run with --setup-network=false")
+	ncfg := nodenet.Config{
+		Mode:         nodenet.Mode(cfg.mode),
+		LocalIPs:     cfg.localIPs,
+		ServiceIPs:   cfg.serviceIPs,
+		Interface:    cfg.iface,
+		SyncInterval: cfg.syncInterval,
+		DNSPort:      listenPort(cfg.listen),
+		HealthPort:   addrPort(cfg.healthAddr),
+	}
+	m, err := nodenet.NewHost(ctx, ncfg, log, reg)
+	if err != nil {
+		return nil, fmt.Errorf("node network: %w", err)
+	}
+	t := &takeover{m: m, gate: g, log: log.Named("takeover"), done: make(chan struct{})}
+	if cfg.handoverDir != "" {
+		t.lockPath = filepath.Join(cfg.handoverDir, presenceLock)
+	}
+	return t, nil
+}
+
+// listenPort is the port of the first --listen address (53 by default).
+func listenPort(listen []string) int {
+	for _, a := range listen {
+		if p := addrPort(a); p != 0 {
+			return p
+		}
+	}
+	return nodenet.DefaultDNSPort
+}
+
+func addrPort(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// takeover waits for the backend, then owns the node's DNS.
+type takeover struct {
+	m        *nodenet.Manager
+	gate     backendGate
+	log      *zap.Logger
+	lockPath string // "" without a handover directory: always tear down
+
+	cancel   context.CancelFunc // stops the background loop; set by Setup
+	done     chan struct{}      // closed when the background loop returns
+	mu       sync.Mutex         // guards cancel, started and presence
+	presence *nodenet.Presence
+	started  bool // Setup ran
+}
+
+func (t *takeover) Setup(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	t.mu.Lock()
+	t.cancel, t.started = cancel, true
+	t.mu.Unlock()
+	go func() {
+		defer close(t.done)
+		if t.lockPath != "" {
+			p, err := nodenet.Join(ctx, t.lockPath)
+			if err != nil {
+				t.log.Error("presence lock; a stopping instance may remove the rules under this one", zap.Error(err))
+			} else {
+				t.mu.Lock()
+				t.presence = p
+				t.mu.Unlock()
+			}
+		}
+		// DESIGN.md, "Lifecycle rules": never steer the node's queries here
+		// before something answers behind the frontend.
+		t.log.Info("waiting for the backend before taking over the node's DNS")
+		if err := t.gate.Wait(ctx); err != nil {
+			return
+		}
+		t.log.Info("backend ready; taking over the node's DNS", zap.String("mode", string(t.m.Config().Mode)))
+		t.m.Run(ctx)
+	}()
+	return nil
+}
+
+func (t *takeover) Status() (bool, string) {
+	ok, detail := t.m.Status()
+	if ok {
+		return true, detail
+	}
+	if t.m.InstalledOnce() {
+		// Later sync errors are counted and logged; the frontend still
+		// answers, so it stays ready.
+		return true, detail
+	}
+	_, gd := t.gate.Ready()
+	return false, "waiting for the backend before taking over the node's DNS: " + gd + "; " + detail
+}
+
+func (t *takeover) stop() {
+	t.mu.Lock()
+	cancel, started := t.cancel, t.started
+	t.mu.Unlock()
+	if !started {
+		return
+	}
+	cancel()
+	<-t.done
+}
+
+func (t *takeover) Leave() {
+	t.stop()
+	t.mu.Lock()
+	p := t.presence
+	t.presence = nil
+	t.mu.Unlock()
+	if p != nil {
+		_, release := p.Leave()
+		release()
+	}
+	t.log.Info("left the node's DNS interface and rules to the newer instance")
+}
+
+func (t *takeover) Teardown(ctx context.Context) error {
+	t.stop()
+	t.mu.Lock()
+	p := t.presence
+	t.presence = nil
+	t.mu.Unlock()
+	if p != nil {
+		last, release := p.Leave()
+		defer release()
+		if !last {
+			t.log.Info("another instance serves this node; leaving the interface and rules to it")
+			return nil
+		}
+	}
+	t.log.Info("removing the node's DNS rules, then the interface")
+	if err := t.m.Teardown(ctx); err != nil {
+		return errors.Join(errors.New("node network teardown"), err)
+	}
+	return nil
 }
 
 // noNetwork is the network of --setup-network=false: it touches nothing.
@@ -32,3 +214,7 @@ type noNetwork struct{}
 
 func (noNetwork) Setup(context.Context) error    { return nil }
 func (noNetwork) Teardown(context.Context) error { return nil }
+func (noNetwork) Leave()                         {}
+func (noNetwork) Status() (bool, string) {
+	return true, "node network not managed (--setup-network=false)"
+}

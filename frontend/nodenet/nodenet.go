@@ -30,6 +30,7 @@ type Manager struct {
 	mu     sync.Mutex // serialises Sync and Teardown; guards status
 	status string     // outcome of the last Sync or Teardown
 	ok     bool       // the last Sync left everything in place
+	once   bool       // some Sync has left everything in place
 }
 
 // New returns a Manager using the given netlink and iptables (one per
@@ -98,6 +99,14 @@ func (m *Manager) Status() (ok bool, detail string) {
 	return m.ok, m.status
 }
 
+// InstalledOnce reports whether some Sync has left everything in place
+// (and no Teardown came after).
+func (m *Manager) InstalledOnce() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.once
+}
+
 // fail counts and logs one setup error.
 func (m *Manager) fail(op string, err error) error {
 	m.met.setupErrors.WithLabelValues(op).Inc()
@@ -134,6 +143,7 @@ func (m *Manager) Sync(ctx context.Context) error {
 	err := errors.Join(errs...)
 	m.ok = err == nil
 	if m.ok {
+		m.once = true
 		m.status = fmt.Sprintf("network installed (%s mode)", m.cfg.Mode)
 		m.met.installed.Set(1)
 	} else {
@@ -173,7 +183,7 @@ func (m *Manager) Teardown(ctx context.Context) error {
 			errs = append(errs, m.fail(opTeardown, err))
 		}
 	}
-	m.ok = false
+	m.ok, m.once = false, false
 	m.met.installed.Set(0)
 	err := errors.Join(errs...)
 	if err != nil {
