@@ -85,6 +85,19 @@ func (h *health) failure(start, now time.Time, err error) (wentDown bool) {
 	return true
 }
 
+// probed records that an outside probe found the address answering at now:
+// if it is down, the next exchange tries it at once instead of after the
+// backoff, and a failure of that try starts the backoff over from the
+// minimum.
+func (h *health) probed(now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.down && !h.trial {
+		h.retryAt = now
+		h.backoff = min(2*h.backoffMin, h.backoffMax)
+	}
+}
+
 // healthSnapshot is a copy of the state for Status.
 type healthSnapshot struct {
 	down      bool

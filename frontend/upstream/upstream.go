@@ -242,6 +242,13 @@ func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
 	return nil, errors.Join(errs...)
 }
 
+// BackendUp tells the pool that the backend passed an outside probe (the
+// gate's, every second). If the backend is marked down, the next exchange
+// tries it at once rather than after its backoff, which may have grown to
+// BackoffMax: a backend back from a restart is in use again within a probe
+// interval. Should that exchange fail, the backend stays down.
+func (p *Pool) BackendUp() { p.addrs[0].health.probed(p.now()) }
+
 // first returns the address an exchange would try first now.
 func (p *Pool) first() *address {
 	now := p.now()

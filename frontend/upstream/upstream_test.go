@@ -514,6 +514,30 @@ func TestBackendPreferredAfterRecovery(t *testing.T) {
 	}
 }
 
+func TestBackendUpSkipsBackoff(t *testing.T) {
+	fb := dnstest.Start(t, &backend{ip: net.IPv4(10, 0, 0, 2)})
+	addr := deadAddr(t)
+	p, _ := newPool(t, Config{Backend: addr, Fallbacks: []string{fb.Addr}, BackoffMin: time.Hour, BackoffMax: time.Hour})
+	for range 2 {
+		exchange(t, p, "q.example.")
+	}
+	if p.Status().BackendHealthy {
+		t.Fatal("backend not marked down")
+	}
+	b := &backend{ip: net.IPv4(10, 0, 0, 1)}
+	serveTCP(t, addr, b, &b.accepted)
+	if got := answeredBy(exchange(t, p, "q.example.")); got != "10.0.0.2" {
+		t.Fatalf("answered by %q within the backoff", got)
+	}
+	p.BackendUp()
+	if got := answeredBy(exchange(t, p, "q.example.")); got != "10.0.0.1" {
+		t.Fatalf("answered by %q after BackendUp", got)
+	}
+	if !p.Status().BackendHealthy {
+		t.Error("backend still down")
+	}
+}
+
 func TestIdleConnectionsExpire(t *testing.T) {
 	b := &backend{ip: net.IPv4(10, 0, 0, 1)}
 	addr, _ := serveTCP(t, "127.0.0.1:0", b, &b.accepted)
