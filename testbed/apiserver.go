@@ -1,0 +1,59 @@
+package testbed
+
+import (
+	"net"
+	"path/filepath"
+	"strconv"
+)
+
+// apiserverArgs returns kube-apiserver's command line. Each flag that is not
+// a plain default says why it is set.
+func (tb *Testbed) apiserverArgs(binary, etcdURL string) []string {
+	f := func(name string) string { return filepath.Join(tb.Dir, name) }
+	args := []string{
+		binary,
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=" + tb.host.String(),
+		"--secure-port=" + strconv.Itoa(tb.port),
+		// The advertise address is what the "kubernetes" Service points at;
+		// with a loopback address the endpoint reconciler refuses to run, and
+		// there are no other API servers to reconcile with anyway.
+		"--advertise-address=" + tb.host.String(),
+		"--endpoint-reconciler-type=none",
+		"--tls-cert-file=" + f("apiserver.crt"),
+		"--tls-private-key-file=" + f("apiserver.key"),
+		"--cert-dir=" + tb.Dir, // never write into /var/run/kubernetes
+		"--client-ca-file=" + f("ca.crt"),
+		"--token-auth-file=" + f("tokens.csv"),
+		"--authorization-mode=Node,RBAC",
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + f("sa.pub"),
+		"--service-account-signing-key-file=" + f("sa.key"),
+		"--allow-privileged=true",
+		"--profiling=false",
+		// No kubelets: nothing to dial, and no node heartbeats to wait for.
+		"--kubelet-preferred-address-types=InternalIP",
+	}
+	return append(args, tb.opts.ExtraAPIServerArgs...)
+}
+
+// servingIPs are the IP SANs of the serving certificate: loopback, the bind
+// address, the first Service IP (in-cluster clients) and the node-network
+// gateway (clients in node network namespaces, see AddNode).
+func (tb *Testbed) servingIPs() []net.IP {
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP(KubernetesServiceIP), nodeGateway}
+	if !tb.host.IsLoopback() {
+		ips = append(ips, tb.host)
+	}
+	return ips
+}
+
+// servingNames are the DNS SANs of the serving certificate.
+var servingNames = []string{
+	"localhost",
+	"kubernetes",
+	"kubernetes.default",
+	"kubernetes.default.svc",
+	"kubernetes.default.svc.cluster.local",
+}
