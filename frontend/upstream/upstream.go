@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -165,6 +166,18 @@ func (p *Pool) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 
 // pack returns m in wire format behind a 2-byte length prefix.
 func pack(m *dns.Msg) ([]byte, error) {
+	if m.IsEdns0() != nil {
+		// Pack writes the extended RCODE into the OPT record: pack a copy.
+		c := *m
+		c.Extra = slices.Clone(m.Extra)
+		for i, rr := range c.Extra {
+			if opt, ok := rr.(*dns.OPT); ok {
+				o := *opt
+				c.Extra[i] = &o
+			}
+		}
+		m = &c
+	}
 	b, err := m.Pack()
 	if err != nil {
 		return nil, err
