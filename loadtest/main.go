@@ -64,7 +64,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	servers := fs.String("servers", "all", "comma-separated servers to compare: frontend,unbound,dnsmasq,nodelocal or all")
 	fs.BoolVar(&cfg.Pin, "pin", cfg.Pin, "pin servers to CPU 1 and dnsperf, latency generator and fake backend to CPU 0")
 	fs.IntVar(&cfg.Nice, "nice", cfg.Nice, "niceness of servers, dnsperf and harness; -20 (as root) shields the measurement from other work on the machine")
-	fs.BoolVar(&cfg.Realtime, "realtime", cfg.Realtime, "run the latency run's server and generator under SCHED_RR (as root) so other work on the machine does not set the percentiles")
+	fs.BoolVar(&cfg.Realtime, "realtime", cfg.Realtime, "run the measured runs under SCHED_RR (as root) so other work on the machine delays neither server nor clients")
 	fs.StringVar(&cfg.FrontendBin, "frontend", cfg.FrontendBin, "nodedns-frontend binary")
 	fs.StringVar(&cfg.CoreDNSBin, "coredns", cfg.CoreDNSBin, "CoreDNS binary run with NodeLocal DNSCache's Corefile")
 	fs.BoolVar(&cfg.Profile, "profile", cfg.Profile, "record each server with perf during the saturating run (OUT/NAME.perf.txt; Go symbols need an unstripped binary)")

@@ -124,6 +124,9 @@ func checkTools(cfg Config) error {
 	if cfg.Nice != 0 {
 		need["nice"] = "Debian package coreutils (or run with nice 0)"
 	}
+	if cfg.Realtime {
+		need["chrt"] = "Debian package util-linux (or run without real-time scheduling)"
+	}
 	for _, s := range cfg.Servers {
 		switch s {
 		case Frontend:
@@ -214,6 +217,15 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 	}
 	r.logf("warm-up: %d/%d answered, backend saw %d queries", row.Warm.Completed, row.Warm.Sent, r.be.Queries())
 
+	// The measured runs, under real-time scheduling if asked: the server,
+	// dnsperf and the harness (latency generator, fake backend).
+	if r.cfg.Realtime {
+		if err := errors.Join(setRealtime(p.pid(), true, 0), setRealtime(0, true, 0)); err != nil {
+			return row, fmt.Errorf("real-time scheduling: %w", err)
+		}
+		defer func() { _ = errors.Join(setRealtime(p.pid(), false, r.cfg.Nice), setRealtime(0, false, r.cfg.Nice)) }()
+	}
+
 	// Saturating run: CPU from /proc before and after.
 	st0, err := p.stat()
 	if err != nil {
@@ -228,7 +240,7 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 			row.Profile, row.ProfError = perfRecord(ctx, p.pid(), r.cfg.Duration, filepath.Join(r.dir, r.name+".perf"))
 		}()
 	}
-	row.Dnsperf, err = r.dnsperf(ctx, 0, r.cfg.Duration, "qps")
+	row.Dnsperf, err = r.dnsperfFile(ctx, r.queryFile, 0, r.cfg.Duration, "qps", r.cfg.Realtime)
 	if err != nil {
 		return row, err
 	}
@@ -251,17 +263,7 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 		row.Dnsperf.QPS, row.Dnsperf.Lost, row.CPU.Seconds(), row.QPerCPU, row.Upstream)
 
 	// Fixed-rate run for latency.
-	if r.cfg.Realtime {
-		if err := errors.Join(setRealtime(p.pid(), true, 0), setRealtime(0, true, 0)); err != nil {
-			return row, fmt.Errorf("real-time scheduling for the latency run: %w", err)
-		}
-	}
 	row.Latency, err = runFixedRate(ctx, addr, r.qs, r.cfg.Rate, r.cfg.Duration)
-	if r.cfg.Realtime {
-		if rerr := errors.Join(setRealtime(p.pid(), false, r.cfg.Nice), setRealtime(0, false, r.cfg.Nice)); rerr != nil && err == nil {
-			err = fmt.Errorf("back to normal scheduling: %w", rerr)
-		}
-	}
 	if err != nil {
 		return row, err
 	}
@@ -269,7 +271,7 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 		row.Latency.P999, row.Latency.Lost(), row.Latency.Sent)
 
 	// Fill the cache to RSSNames entries, then read the peak RSS.
-	rssWarm, err := r.dnsperfFile(ctx, r.rssFile, 1, 0, "rss")
+	rssWarm, err := r.dnsperfFile(ctx, r.rssFile, 1, 0, "rss", false)
 	if err != nil {
 		return row, err
 	}
@@ -287,16 +289,18 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 }
 
 func (r *runner) dnsperf(ctx context.Context, passes int, limit time.Duration, phase string) (DnsperfResult, error) {
-	return r.dnsperfFile(ctx, r.queryFile, passes, limit, phase)
+	return r.dnsperfFile(ctx, r.queryFile, passes, limit, phase, false)
 }
 
-func (r *runner) dnsperfFile(ctx context.Context, file string, passes int, limit time.Duration, phase string) (DnsperfResult, error) {
+func (r *runner) dnsperfFile(ctx context.Context, file string, passes int, limit time.Duration, phase string, rt bool) (DnsperfResult, error) {
+	s := r.client
+	s.rt = rt
 	outstanding := dnsperfOutstanding
 	if passes > 0 {
 		outstanding = warmOutstanding
 	}
 	return runDnsperf(ctx, dnsperfArgs{
-		sched: r.client, host: "127.0.0.1", port: r.port, queryFile: file,
+		sched: s, host: "127.0.0.1", port: r.port, queryFile: file,
 		passes: passes, limit: limit, logPath: filepath.Join(r.dir, r.name+"."+phase+".dnsperf.txt"),
 		outstanding: outstanding,
 	})

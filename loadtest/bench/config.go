@@ -52,10 +52,12 @@ type Config struct {
 	// work, -20 keeps that work from dominating latency and throughput;
 	// the CPU-seconds figures hold either way. Default 0: unchanged.
 	Nice int
-	// Realtime runs the latency run's server and generator under SCHED_RR,
-	// so that other work on the machine cannot delay their wake-ups and set
-	// the percentiles. The server then uses a fraction of its CPU, and the
-	// kernel's real-time throttling leaves other work at least 5%.
+	// Realtime runs the measured runs (server, dnsperf, latency generator
+	// and fake backend) under SCHED_RR, so that other work on the machine
+	// cannot delay their wake-ups. Without it, on a busy machine, servers
+	// that sleep between packets are never saturated and the percentiles
+	// measure the other work. The kernel's real-time throttling still
+	// leaves other work 5% of each CPU during the saturating runs.
 	// Default false.
 	Realtime bool
 	// FrontendBin is the nodedns-frontend binary. Default bin/nodedns-frontend.

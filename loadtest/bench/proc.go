@@ -113,8 +113,9 @@ const stopGrace = 3 * time.Second
 
 // sched is where and how eagerly a child runs.
 type sched struct {
-	cpu  int // pin to this CPU; < 0: no pinning
-	nice int // niceness; 0: inherit
+	cpu  int  // pin to this CPU; < 0: no pinning
+	nice int  // niceness; 0: inherit
+	rt   bool // SCHED_RR at rtPriority instead of nice
 }
 
 // wrap resolves argv[0] and prefixes taskset and nice as s asks. Both exec
@@ -128,7 +129,10 @@ func (s sched) wrap(argv []string) ([]string, error) {
 	if s.cpu >= 0 {
 		out = append(out, "taskset", "--cpu-list", strconv.Itoa(s.cpu))
 	}
-	if s.nice != 0 {
+	switch {
+	case s.rt:
+		out = append(out, "chrt", "--rr", strconv.Itoa(rtPriority))
+	case s.nice != 0:
 		out = append(out, "nice", "-n", strconv.Itoa(s.nice))
 	}
 	return append(append(out, bin), argv[1:]...), nil
@@ -259,7 +263,7 @@ func forAllThreads(f func(tid int) error) error {
 	return errors.Join(errs...)
 }
 
-// rtPriority is the SCHED_RR priority of the latency run: the lowest, so
+// rtPriority is the SCHED_RR priority of the measured runs: the lowest, so
 // the kernel's own real-time threads still come first.
 const rtPriority = 1
 

@@ -32,7 +32,7 @@ func (r *Report) Row(server string) *Row {
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "Cache-hit benchmark, %s, %d names (A/AAAA, 1%% NXDOMAIN; %d for RSS), %s per run, pinning %v, nice %d, real-time latency run %v, load average at start %s\n",
+	fmt.Fprintf(&b, "Cache-hit benchmark, %s, %d names (A/AAAA, 1%% NXDOMAIN; %d for RSS), %s per run, pinning %v, nice %d, real-time %v, load average at start %s\n",
 		r.Start.UTC().Format(time.RFC3339), c.Names, c.RSSNames, c.Duration, c.Pin, c.Nice, c.Realtime, r.LoadAvg)
 	fmt.Fprintf(&b, "command: %s\n\n", r.Command)
 
