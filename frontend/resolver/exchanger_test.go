@@ -1,0 +1,6 @@
+package resolver
+
+import "github.com/nodedns/nodedns/frontend/upstream"
+
+// The upstream pool is the Exchanger main passes in.
+var _ Exchanger = (*upstream.Pool)(nil)
