@@ -32,6 +32,7 @@ type Row struct {
 	Warm      DnsperfResult // the warm-up pass
 	PeakRSS   uint64        // VmHWM at the end, bytes
 	Latency   LatencyResult // fixed-rate run
+	RateCPU   time.Duration // server user+system CPU during the fixed-rate run
 	Profile   string        // CPU profile file, if taken
 	ProfError error         // why the profile could not be taken
 }
@@ -262,13 +263,23 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 	r.logf("saturated: %.0f qps, %d lost, server CPU %.2fs, %.0f queries per CPU second, %d misses",
 		row.Dnsperf.QPS, row.Dnsperf.Lost, row.CPU.Seconds(), row.QPerCPU, row.Upstream)
 
-	// Fixed-rate run for latency.
+	// Fixed-rate run for latency, and the CPU a server spends at a rate
+	// below its capacity (where a server that polls pays for it).
+	st0, err = p.stat()
+	if err != nil {
+		return row, err
+	}
 	row.Latency, err = runFixedRate(ctx, addr, r.qs, r.cfg.Rate, r.cfg.Duration)
 	if err != nil {
 		return row, err
 	}
-	r.logf("%d qps: p50 %s p99 %s p99.9 %s, %d/%d lost", r.cfg.Rate, row.Latency.P50, row.Latency.P99,
-		row.Latency.P999, row.Latency.Lost(), row.Latency.Sent)
+	st1, err = p.stat()
+	if err != nil {
+		return row, err
+	}
+	row.RateCPU = st1.CPU() - st0.CPU()
+	r.logf("%d qps: p50 %s p99 %s p99.9 %s, %d/%d lost, server CPU %.2fs", r.cfg.Rate, row.Latency.P50, row.Latency.P99,
+		row.Latency.P999, row.Latency.Lost(), row.Latency.Sent, row.RateCPU.Seconds())
 
 	// Fill the cache to RSSNames entries, then read the peak RSS.
 	rssWarm, err := r.dnsperfFile(ctx, r.rssFile, 1, 0, "rss", false)

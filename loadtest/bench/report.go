@@ -37,7 +37,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "command: %s\n\n", r.Command)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "server\tqps\tserver CPU s\tbusy\tq/CPU-s\tvs unbound\tpeak RSS MiB\tp50 @%dk\tp99 @%dk\tlost\tmisses\t\n", c.Rate/1000, c.Rate/1000)
+	fmt.Fprintf(tw, "server\tqps\tserver CPU s\tbusy\tq/CPU-s\tvs unbound\tpeak RSS MiB\tp50 @%dk\tp99 @%dk\tCPU %% @%dk\tlost\tmisses\t\n", c.Rate/1000, c.Rate/1000, c.Rate/1000)
 	unbound := r.Row(Unbound)
 	for _, row := range r.Rows {
 		ratio := "-"
@@ -48,15 +48,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if row.Dnsperf.RunTime > 0 {
 			busy = 100 * row.CPU.Seconds() / row.Dnsperf.RunTime.Seconds()
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.0f%%\t%.0f\t%s\t%.1f\t%s\t%s\t%d+%d\t%d\t\n",
+		rateBusy := 100 * row.RateCPU.Seconds() / c.Duration.Seconds()
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.0f%%\t%.0f\t%s\t%.1f\t%s\t%s\t%.0f%%\t%d+%d\t%d\t\n",
 			row.Server, row.Dnsperf.QPS, row.CPU.Seconds(), busy, row.QPerCPU, ratio,
-			float64(row.PeakRSS)/mib, fmtLatency(row.Latency.P50), fmtLatency(row.Latency.P99),
+			float64(row.PeakRSS)/mib, fmtLatency(row.Latency.P50), fmtLatency(row.Latency.P99), rateBusy,
 			row.Dnsperf.Lost, row.Latency.Lost(), row.Upstream)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	b.WriteString("\nbusy: server CPU / run time (below ~95%: dnsperf, not the server, was the limit). lost: dnsperf run + latency run.\n" +
+	b.WriteString("\nbusy: server CPU / run time of the saturating run (below ~95%: dnsperf, not the server, was the limit).\n" +
+		"CPU % @rate: server CPU / run time of the fixed-rate run. lost: dnsperf run + fixed-rate run.\n" +
 		"misses: queries that reached the backend during the saturating run.\n")
 
 	if fe := r.Row(Frontend); fe != nil {
