@@ -457,3 +457,26 @@ func TestReadmeListsMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestPrefetchServfailKeepsEntry(t *testing.T) {
+	ex := &fakeExchanger{got: make(chan *dns.Msg, 10)}
+	ex.set(records(t, dns.RcodeSuccess, "x. 100 IN A 192.0.2.1"))
+	clk := &clock{t: time.Unix(1e9, 0)}
+	r, _ := newResolver(t, DefaultConfig(), ex, clk)
+	req := pack(t, "keep.example.", dns.TypeA, nil)
+	serve(t, r, req, server.UDP)
+	<-ex.got
+	serve(t, r, req, server.UDP)
+	clk.Advance(91 * time.Second)
+	ex.set(records(t, dns.RcodeServerFailure))
+	serve(t, r, req, server.UDP) // starts the prefetch, which gets SERVFAIL
+	<-ex.got
+	r.Close() // waits for the prefetch to finish
+	out, hit := r.ServeFast(buf(), req, server.UDP)
+	if !hit {
+		t.Fatal("the SERVFAIL of a prefetch replaced the entry")
+	}
+	if m := unpack(t, out); m.Rcode != dns.RcodeSuccess || m.Answer[0].Header().Ttl != 9 {
+		t.Errorf("answer %v", m)
+	}
+}
