@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -97,35 +98,42 @@ func (m *Manager) syncChain(ipt IPTables, k chainKey, want []Rule) error {
 		}
 	}
 	// The wanted rules must be the first len(want) rules, in order, each
-	// once. From the first one out of place on, delete every copy and
-	// insert it at its position.
-	count := map[string]int{}
-	for _, l := range lines {
-		if c := ruleComment(l); c != "" {
-			count[c]++
-		}
+	// once. Walk them against a model of the chain (comments; "" for a
+	// foreign rule): a missing rule is inserted at its position, a misplaced
+	// or duplicated one is deleted (every copy) and inserted there. Rules
+	// already in place are never touched.
+	model := make([]string, len(lines))
+	for i, l := range lines {
+		model[i] = ruleComment(l)
 	}
-	first := len(want)
 	for i, r := range want {
-		if i >= len(lines) || ruleComment(lines[i]) != r.Comment || count[r.Comment] != 1 {
-			first = i
-			break
+		copies := 0
+		for _, c := range model {
+			if c == r.Comment {
+				copies++
+			}
 		}
-	}
-	for i := first; i < len(want); i++ {
-		r := want[i]
-		for n := 0; n < count[r.Comment]; n++ {
+		if i < len(model) && model[i] == r.Comment && copies == 1 {
+			continue
+		}
+		for n := 0; n < copies; n++ {
 			if err := ipt.Delete(k.Table, k.Chain, r.Spec...); err != nil {
 				errs = append(errs, fmt.Errorf("delete misplaced %s: %w", r, err))
 				break
 			}
+			j := slices.Index(model, r.Comment)
+			model = slices.Delete(model, j, j+1)
 		}
-		if err := ipt.Insert(k.Table, k.Chain, i+1, r.Spec...); err != nil {
+		pos := min(i, len(model))
+		if err := ipt.Insert(k.Table, k.Chain, pos+1, r.Spec...); err != nil {
 			errs = append(errs, fmt.Errorf("insert %s: %w", r, err))
 			continue
 		}
-		if count[r.Comment] == 0 {
+		model = slices.Insert(model, pos, r.Comment)
+		if copies == 0 {
 			m.log.Info("installed rule", zap.String("rule", r.String()))
+		} else {
+			m.log.Info("moved rule to its place", zap.String("rule", r.String()))
 		}
 	}
 	return errors.Join(errs...)
