@@ -130,8 +130,11 @@ func (b *backend) waitReady(timeout time.Duration) error {
 			return fmt.Errorf("backend exited: %v", err)
 		default:
 		}
+		// CoreDNS starts the ready listener, and waits for the kubernetes
+		// plugin's sync, before it binds the DNS sockets: /ready can say
+		// 200 a moment before queries are answered. Wait for both.
 		code, _, err := httpGet(url)
-		if err == nil && code == http.StatusOK {
+		if err == nil && code == http.StatusOK && dnsListening(b.DNS) && dnsListening(b.Fallback) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -139,6 +142,16 @@ func (b *backend) waitReady(timeout time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// dnsListening reports whether addr accepts TCP connections.
+func dnsListening(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 func httpGet(url string) (int, string, error) {
