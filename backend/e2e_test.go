@@ -359,4 +359,3 @@ func port(name string, p int32, proto corev1.Protocol) discoveryv1.EndpointPort 
 }
 
 func ptr[T any](v T) *T { return &v }
-
