@@ -145,9 +145,8 @@ func TestServeUDPAndTCP(t *testing.T) {
 	if got := testutil.ToFloat64(s.m.udpIn); got != 2 {
 		t.Errorf("udp in = %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(s.m.tcpOut); got != 2 {
-		t.Errorf("tcp out = %v, want 2", got)
-	}
+	// Counted after the write returns, which may be after the client read.
+	waitFor(t, func() bool { return testutil.ToFloat64(s.m.tcpOut) == 2 && testutil.ToFloat64(s.m.udpOut) == 2 })
 	if n, err := testutil.GatherAndCount(reg, "nodedns_server_batch_size"); err != nil || n != 1 {
 		t.Errorf("batch_size series = %d, %v", n, err)
 	}
@@ -237,9 +236,8 @@ func TestMalformedPackets(t *testing.T) {
 	tc.Close()
 	mustExchange(t, "udp", addr, "hit.still.serving.")
 	mustExchange(t, "tcp", addr, "hit.still.serving.")
-	if got := testutil.ToFloat64(s.m.dropped); got < 3 {
-		t.Errorf("dropped = %v, want >= 3", got)
-	}
+	// The runts may have gone to another of the SO_REUSEPORT sockets.
+	waitFor(t, func() bool { return testutil.ToFloat64(s.m.dropped) >= 3 })
 }
 
 func TestOverloaded(t *testing.T) {
