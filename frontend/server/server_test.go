@@ -25,6 +25,8 @@ type fakeHandler struct {
 	gate  chan struct{} // when non-nil, ServeSlow waits for it
 	slow  atomic.Int64  // ServeSlow calls
 	delay time.Duration // ServeSlow sleeps this long
+
+	running, maxRunning atomic.Int64 // ServeSlow calls at once, and the most seen
 }
 
 func firstLabel(req []byte) string {
@@ -64,6 +66,10 @@ func (f *fakeHandler) ServeFast(dst, req []byte, _ Proto) ([]byte, bool) {
 
 func (f *fakeHandler) ServeSlow(ctx context.Context, dst, req []byte, _ Proto) []byte {
 	f.slow.Add(1)
+	n := f.running.Add(1)
+	defer f.running.Add(-1)
+	for m := f.maxRunning.Load(); n > m && !f.maxRunning.CompareAndSwap(m, n); m = f.maxRunning.Load() {
+	}
 	if f.gate != nil {
 		select {
 		case <-f.gate:
@@ -543,4 +549,42 @@ func FuzzServfail(f *testing.F) {
 			t.Fatalf("unparsable servfail with a question: %v", err)
 		}
 	})
+}
+
+// TestTCPPipelineBounded pipelines many misses on one connection: all are
+// answered, at most maxPendingPerConn at a time.
+func TestTCPPipelineBounded(t *testing.T) {
+	h := &fakeHandler{delay: 20 * time.Millisecond}
+	s, _ := startServer(t, Config{}, h)
+	conn, err := dns.Dial("tcp", s.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const n = 3 * maxPendingPerConn
+	go func() {
+		for i := range n {
+			q := new(dns.Msg).SetQuestion("miss.pipelined.", dns.TypeA)
+			q.Id = uint16(i)
+			if err := conn.WriteMsg(q); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	seen := map[uint16]bool{}
+	for range n {
+		r, err := conn.ReadMsg()
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(seen), err)
+		}
+		seen[r.Id] = true
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct answers, want %d", len(seen), n)
+	}
+	if m := h.maxRunning.Load(); m > maxPendingPerConn {
+		t.Errorf("%d misses of one connection ran at once, want <= %d", m, maxPendingPerConn)
+	}
 }

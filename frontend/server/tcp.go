@@ -34,7 +34,7 @@ func (s *Server) acceptLoop(l net.Listener) {
 			_ = c.Close()
 			continue
 		}
-		tc := &tcpConn{s: s, conn: c}
+		tc := &tcpConn{s: s, conn: c, slots: make(chan struct{}, maxPendingPerConn)}
 		s.mu.Lock()
 		if s.stopping.Load() {
 			s.mu.Unlock()
@@ -58,6 +58,7 @@ type tcpConn struct {
 	conn    net.Conn
 	pending sync.WaitGroup // misses whose answer is not written yet
 	npend   atomic.Int32
+	slots   chan struct{} // one per pending miss; bounds a connection's share
 	wmu     sync.Mutex // serialises writes: one message at a time
 	hdr     [2]byte    // length prefix, guarded by wmu
 }
@@ -129,7 +130,13 @@ func (c *tcpConn) readErr(err error) {
 	c.s.log.Debug("tcp read", zap.String("remote", c.conn.RemoteAddr().String()), zap.Error(err))
 }
 
+// maxPendingPerConn bounds the misses one connection has in flight: past
+// it the connection is not read until one is answered, so that a single
+// pipelining client cannot take every in-flight slot of the server.
+const maxPendingPerConn = 64
+
 func (c *tcpConn) miss(req []byte) {
+	c.slots <- struct{}{} // released by runTCP
 	j := c.s.jobs.Get().(*missJob)
 	j.c = c
 	j.req = append(j.req[:0], req...)
@@ -144,6 +151,7 @@ func (j *missJob) runTCP() {
 	s.release()
 	c.write(resp)
 	c.npend.Add(-1)
+	<-c.slots
 	c.pending.Done()
 	j.put()
 }
