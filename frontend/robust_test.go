@@ -1,0 +1,62 @@
+package main
+
+import (
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/shared/dnstest"
+)
+
+// TestRunSurvivesGarbage throws random datagrams, mutated queries and
+// random TCP streams at the frontend, then checks that it still answers.
+func TestRunSurvivesGarbage(t *testing.T) {
+	b := dnstest.Start(t, &backend{})
+	l := startRun(t, baseArgs(t, b.Addr)...)
+	addr := l.DNS[0]
+	rng := rand.New(rand.NewPCG(1, 2))
+	valid, _ := dnstest.Query("garbage.example", dns.TypeA).Pack()
+
+	u, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	for i := range 2000 {
+		var p []byte
+		if i%2 == 0 {
+			p = make([]byte, rng.IntN(600))
+			for j := range p {
+				p[j] = byte(rng.UintN(256))
+			}
+		} else { // a valid query with a few bytes flipped
+			p = append([]byte(nil), valid...)
+			for range 1 + rng.IntN(4) {
+				p[rng.IntN(len(p))] = byte(rng.UintN(256))
+			}
+		}
+		_, _ = u.Write(p)
+	}
+	for range 20 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := make([]byte, rng.IntN(3000))
+		for j := range p {
+			p[j] = byte(rng.UintN(256))
+		}
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write(p)
+		c.Close()
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		r := dnstest.Exchange(t, network, addr, dnstest.Query("still.example", dns.TypeA))
+		if r.Rcode != dns.RcodeSuccess {
+			t.Errorf("%s after garbage: %v", network, r)
+		}
+	}
+}
