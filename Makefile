@@ -36,8 +36,15 @@ tools: ## Build kube-apiserver and kube-proxy for the testbed (first time ~15 mi
 testbed: tools ## Run etcd + kube-apiserver in the foreground; prints a kubeconfig; Ctrl-C stops.
 	$(GO) run ./testbed/cmd/nodedns-testbed
 
-fuzz: ## Run each fuzz target for 30s.
-	$(GO) test ./frontend/... -run '^$$' -fuzz . -fuzztime 30s
+FUZZTIME ?= 30s
+fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each.
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' frontend shared); do \
+		pkg=./$$(dirname $$f); \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "== $$pkg $$t"; \
+			$(GO) test $$pkg -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); \
+		done; \
+	done
 
 REGISTRY  ?= ghcr.io/nodedns
 
