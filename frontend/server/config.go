@@ -13,7 +13,7 @@ import (
 const (
 	// DefaultBatchSize is how many datagrams one recvmmsg reads at most. 64
 	// amortises the syscall well past the point of diminishing returns while
-	// keeping each socket's buffers (BatchSize*maxUDPRequest) at 256 KiB.
+	// keeping each socket's read buffers (BatchSize*maxUDPRequest) at 77 KiB.
 	DefaultBatchSize = 64
 	// DefaultMaxInflight bounds concurrent misses: at a backend round trip
 	// of 1ms it still passes two million misses a second, and it stops a
@@ -33,9 +33,11 @@ const (
 	DefaultTCPIdleTimeout = 10 * time.Second
 )
 
-// maxUDPRequest is the largest datagram read as a query. Queries are a few
-// hundred bytes; a bigger datagram is counted and dropped (MSG_TRUNC).
-const maxUDPRequest = 4096
+// maxUDPRequest is the largest datagram read as a query. A query is one
+// question and an OPT record: a few hundred bytes even with a cookie and
+// RFC 8467 padding. A bigger datagram is counted and dropped (MSG_TRUNC).
+// The read buffers of a socket take BatchSize times this (77 KiB).
+const maxUDPRequest = 1232
 
 // maxMessage is the largest DNS message (RFC 1035 section 4.2.2: the TCP
 // length prefix is 16 bits) and the capacity of every response buffer.

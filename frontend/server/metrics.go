@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) *serverMetrics {
 	}, []string{"proto"})
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: sub, Name: "dropped_total",
-		Help: "Received datagrams dropped unanswered because they were truncated (larger than 4096 bytes) or shorter than a DNS header.",
+		Help: "Received datagrams dropped unanswered because they were truncated (larger than 1232 bytes) or shorter than a DNS header.",
 	})
 	panics := prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: sub, Name: "panics_total",

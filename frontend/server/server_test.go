@@ -588,3 +588,31 @@ func TestTCPPipelineBounded(t *testing.T) {
 		t.Errorf("%d misses of one connection ran at once, want <= %d", m, maxPendingPerConn)
 	}
 }
+
+// TestLargestQuery: a padded query of maxUDPRequest bytes is answered, one
+// byte more is dropped.
+func TestLargestQuery(t *testing.T) {
+	s, _ := startServer(t, Config{}, &fakeHandler{})
+	for _, size := range []int{maxUDPRequest, maxUDPRequest + 1} {
+		q := new(dns.Msg).SetQuestion("hit.padded.", dns.TypeA)
+		q.SetEdns0(1232, false)
+		base, _ := q.Pack()
+		pad := &dns.EDNS0_PADDING{Padding: make([]byte, size-len(base)-4)} // 4: option code and length
+		q.IsEdns0().Option = append(q.IsEdns0().Option, pad)
+		wire, _ := q.Pack()
+		if len(wire) != size {
+			t.Fatalf("built %d bytes, want %d", len(wire), size)
+		}
+		c, err := net.Dial("udp", s.Addrs()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write(wire)
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := c.Read(make([]byte, 2*maxUDPRequest))
+		if answered := err == nil && n == size; answered != (size <= maxUDPRequest) {
+			t.Errorf("%d-byte query: answered=%v (err %v)", size, answered, err)
+		}
+	}
+}
