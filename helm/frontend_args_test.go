@@ -1,0 +1,100 @@
+package helm
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestFrontendAcceptsRenderedArgs starts the real nodedns-frontend with the
+// command line kubelet would give it in each mode, inside a private network
+// namespace (unshare --net, gone when the process exits), and fails if it
+// rejects its flags (exit status 2). The backend is absent there, so the
+// frontend binds its listeners and waits for it without touching any rule;
+// --handover-dir is pointed at a temporary directory so nothing lands in
+// the host's /run/nodedns.
+func TestFrontendAcceptsRenderedArgs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the frontend runs in a private network namespace (unshare --net)")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("unshare (util-linux) not found")
+	}
+	if testing.Short() {
+		t.Skip("-short: not building nodedns-frontend")
+	}
+	bin := filepath.Join(t.TempDir(), "nodedns-frontend")
+	build := exec.Command("go", "build", "-o", bin, "../frontend")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build frontend: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		values   string
+		rejected bool
+	}{
+		{"mode: iptables", false},
+		{"mode: link-local", false},
+		{"mode: node-ip", false},
+		{"localIP: 169.254.20.10,fd00::10", false},
+		// The check itself: a flag the frontend does not know.
+		{"frontend: {extraArgs: [--no-such-flag=1]}", true},
+	} {
+		values := tc.values
+		t.Run(values, func(t *testing.T) {
+			vals, err := ParseValues(values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, err := NodeContainers(vals, Options{}, Node{Name: "node-a", IP: "192.0.2.7"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fe := cs[len(cs)-1]
+			args := append([]string{"--net", "--", bin}, fe.Command[1:]...)
+			args = append(args, "--handover-dir="+t.TempDir())
+			cmd := exec.Command(unshare, args...)
+			// The image's PATH, which holds iptables-legacy and iptables-nft.
+			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, fe.Env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if tc.rejected {
+					if cmd.ProcessState.ExitCode() != 2 {
+						t.Errorf("exit %v, want status 2 for a bad flag", err)
+					}
+					return
+				}
+				t.Fatalf("nodedns-frontend %s exited: %v\n%s", strings.Join(fe.Command[1:], " "), err, stderr.String())
+			case <-time.After(2 * time.Second):
+				if tc.rejected {
+					t.Errorf("a bad flag was accepted")
+				}
+				// Still running: the flags were accepted and it is waiting
+				// for the backend.
+			}
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			if strings.Contains(stderr.String(), "-h lists the flags") {
+				t.Errorf("flags rejected:\n%s", stderr.String())
+			}
+		})
+	}
+}
