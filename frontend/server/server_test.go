@@ -616,3 +616,29 @@ func TestLargestQuery(t *testing.T) {
 		}
 	}
 }
+
+// TestFreeBind binds addresses no interface holds (documentation ranges):
+// the listeners come up before the node network assigns them.
+func TestFreeBind(t *testing.T) {
+	for _, addr := range []string{"192.0.2.53:0", "[2001:db8::53]:0"} {
+		t.Run(addr, func(t *testing.T) {
+			if strings.HasPrefix(addr, "[") {
+				if c, err := net.ListenPacket("udp6", "[::1]:0"); err != nil {
+					t.Skipf("no IPv6 on this machine: %v", err)
+				} else {
+					c.Close()
+				}
+			}
+			s, err := New(Config{Listen: []string{addr}}, &fakeHandler{}, nil, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Start(); err == nil {
+				// net.ipv4.ip_nonlocal_bind (or the IPv6 one) is set here.
+				_ = s.Shutdown(context.Background())
+				t.Log("this machine allows non-local binds; FreeBind is not what makes the bind below work")
+			}
+			startServer(t, Config{Listen: []string{addr}, FreeBind: true}, &fakeHandler{})
+		})
+	}
+}
