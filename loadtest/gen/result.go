@@ -1,0 +1,137 @@
+package gen
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Result is a finished run.
+type Result struct {
+	// Mode is "open" (fixed rate) or "closed" (as fast as answers come).
+	Mode string `json:"mode"`
+	// TargetRate is the open loop's lookups per second.
+	TargetRate int           `json:"target_rate,omitempty"`
+	Elapsed    time.Duration `json:"elapsed_ns"`
+	// Lookups started, and how they ended.
+	Lookups  uint64 `json:"lookups"`
+	OK       uint64 `json:"ok"`
+	NXDomain uint64 `json:"nxdomain"`
+	Failed   uint64 `json:"failed"`
+	Timeouts uint64 `json:"timeouts"`
+	// Skipped are open-loop lookups not started because MaxInflight
+	// lookups were outstanding.
+	Skipped uint64 `json:"skipped"`
+	// Errors are local errors (socket creation and the like).
+	Errors uint64 `json:"errors"`
+	// Queries and Responses count datagrams; Retries the resent ones.
+	Queries   uint64 `json:"queries"`
+	Responses uint64 `json:"responses"`
+	Retries   uint64 `json:"retries"`
+	// Latency of the lookups that ended with an answer (OK, NXDomain,
+	// Failed), from the time each was due (open loop: no coordinated
+	// omission) to its end. Timeouts are counted, not timed.
+	Latency *Histogram `json:"-"`
+	// Summary of Latency.
+	Percentiles Percentiles `json:"latency"`
+	// Series has one entry per second of the run.
+	Series []Second `json:"series"`
+	// FirstError is the first local error, if any.
+	FirstError string `json:"first_error,omitempty"`
+}
+
+// Percentiles summarises a latency histogram.
+type Percentiles struct {
+	P50  time.Duration `json:"p50_ns"`
+	P90  time.Duration `json:"p90_ns"`
+	P99  time.Duration `json:"p99_ns"`
+	P999 time.Duration `json:"p999_ns"`
+	Max  time.Duration `json:"max_ns"`
+	Mean time.Duration `json:"mean_ns"`
+}
+
+// Summarize reads the percentiles of h.
+func Summarize(h *Histogram) Percentiles {
+	return Percentiles{P50: h.Quantile(0.5), P90: h.Quantile(0.9), P99: h.Quantile(0.99), P999: h.Quantile(0.999), Max: h.Max(), Mean: h.Mean()}
+}
+
+// Second is one second of the run: lookups started in it, and lookups
+// that ended in it by outcome with the latency of the answered ones.
+type Second struct {
+	T        int           `json:"t"`
+	Started  uint64        `json:"started"`
+	OK       uint64        `json:"ok"`
+	NXDomain uint64        `json:"nxdomain"`
+	Failed   uint64        `json:"failed"`
+	Timeouts uint64        `json:"timeouts"`
+	Skipped  uint64        `json:"skipped"`
+	Inflight int64         `json:"inflight"`
+	P50      time.Duration `json:"p50_ns"`
+	P99      time.Duration `json:"p99_ns"`
+	Max      time.Duration `json:"max_ns"`
+}
+
+// Answered returns the lookups that got an answer, positive or not.
+func (r *Result) Answered() uint64 { return r.OK + r.NXDomain + r.Failed }
+
+// Rate returns the answered lookups per second.
+func (r *Result) Rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Answered()) / r.Elapsed.Seconds()
+}
+
+// QueryRate returns the DNS queries sent per second.
+func (r *Result) QueryRate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Queries) / r.Elapsed.Seconds()
+}
+
+// WriteJSON writes the result as indented JSON.
+func (r *Result) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes a human-readable summary.
+func (r *Result) WriteText(w io.Writer) error {
+	p := r.Percentiles
+	rate := ""
+	if r.Mode == "open" {
+		rate = fmt.Sprintf(" (target %d/s)", r.TargetRate)
+	}
+	_, err := fmt.Fprintf(w, `mode        %s%s, %.1fs
+lookups     %d: ok %d, nxdomain %d, failed %d, timeout %d, skipped %d, local errors %d
+rate        %.0f lookups/s answered, %.0f queries/s sent (%d retries, %d responses)
+latency     p50 %v  p90 %v  p99 %v  p99.9 %v  max %v  mean %v
+`, r.Mode, rate, r.Elapsed.Seconds(), r.Lookups, r.OK, r.NXDomain, r.Failed, r.Timeouts, r.Skipped, r.Errors,
+		r.Rate(), r.QueryRate(), r.Retries, r.Responses,
+		round(p.P50), round(p.P90), round(p.P99), round(p.P999), round(p.Max), round(p.Mean))
+	if err == nil && r.FirstError != "" {
+		_, err = fmt.Fprintf(w, "first error %s\n", r.FirstError)
+	}
+	return err
+}
+
+// round keeps three significant digits for display.
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= 100*time.Millisecond:
+		return d.Round(time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
+}
