@@ -40,7 +40,7 @@ func main() {
 // usage error, 1 for a failure, 0 after a clean shutdown.
 func realMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "diagnose" {
-		return diagnose(args[1:], stdout, stderr)
+		return diagnoseCmd(args[1:], stdout, stderr)
 	}
 	cfg, err := parseConfig(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {

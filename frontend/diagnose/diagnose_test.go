@@ -1,0 +1,126 @@
+package diagnose
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseProcNet(t *testing.T) {
+	const udp = `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+  101: 0A14FEA9:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 0
+  102: 00000000:14E9 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4343 2 0000000000000000 0
+`
+	got, err := parseProcNet(udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].IP.String() != "169.254.20.10" || got[0].Port != 53 || got[0].State != udpUnconnected || got[0].Inode != 4242 {
+		t.Fatalf("parseProcNet = %+v", got)
+	}
+	if !got[1].IP.IsUnspecified() || got[1].Port != 5353 {
+		t.Fatalf("wildcard = %+v", got[1])
+	}
+	const tcp6 = `  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 000000FD000000000000000010000000:0035 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 77 1 0000000000000000 100 0 0 10 0
+`
+	// fd00::10: four 32-bit words, each printed little-endian.
+	got, err = parseProcNet(tcp6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].IP.String() != "fd00::10" || got[0].State != tcpListen {
+		t.Fatalf("tcp6 = %+v", got)
+	}
+	if _, err := parseProcNet("hdr\n 0: zz:0035 0 07 0 0 0 0 0 1\n"); err == nil {
+		t.Error("bad address accepted")
+	}
+}
+
+func TestNameservers(t *testing.T) {
+	got := nameservers("# comment\nsearch x\nnameserver 10.0.0.2\nnameserver  fd00::1 \noptions ndots:5\n")
+	if !slices.Equal(got, []string{"10.0.0.2", "fd00::1"}) {
+		t.Fatalf("nameservers = %q", got)
+	}
+}
+
+func TestClusterDNS(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+	}{
+		{"kind: KubeletConfiguration\nclusterDNS:\n- 10.96.0.10\n- \"fd00::a\"\nclusterDomain: cluster.local\n", []string{"10.96.0.10", "fd00::a"}},
+		{"clusterDNS: [169.254.20.10, '10.96.0.10']\n", []string{"169.254.20.10", "10.96.0.10"}},
+		{"clusterDNS:\n  - 10.0.0.5\nfoo: bar\n", []string{"10.0.0.5"}},
+		{"authentication:\n  clusterDNS: [1.1.1.1]\n", nil},
+	} {
+		if got := clusterDNS(tc.yaml); !slices.Equal(got, tc.want) {
+			t.Errorf("clusterDNS(%q) = %q, want %q", tc.yaml, got, tc.want)
+		}
+	}
+}
+
+func writeProc(t *testing.T, count, limit string) string {
+	dir := t.TempDir()
+	nf := filepath.Join(dir, "sys", "net", "netfilter")
+	if err := os.MkdirAll(nf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if count != "" {
+		os.WriteFile(filepath.Join(nf, "nf_conntrack_count"), []byte(count+"\n"), 0o644)
+		os.WriteFile(filepath.Join(nf, "nf_conntrack_max"), []byte(limit+"\n"), 0o644)
+	}
+	return dir
+}
+
+func TestCheckConntrack(t *testing.T) {
+	for _, tc := range []struct {
+		count, limit string
+		ok           bool
+		detail       string
+	}{
+		{"100", "1000", true, "100 of 1000 entries (10%)"},
+		{"950", "1000", false, "950 of 1000 entries (95%)"},
+		{"", "", true, "not loaded"},
+	} {
+		f := checkConntrack(Config{Proc: writeProc(t, tc.count, tc.limit)})
+		if f.OK != tc.ok || !strings.Contains(f.Detail, tc.detail) || (!f.OK && f.Fix == "") {
+			t.Errorf("checkConntrack(%s/%s) = %+v", tc.count, tc.limit, f)
+		}
+	}
+}
+
+func TestCheckKubelet(t *testing.T) {
+	cfg := Config{}
+	cfg.Net.Mode = "link-local"
+	if err := cfg.Net.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	cfg.KubeletConfig = path
+	if f := checkKubelet(cfg); !f.OK || !strings.Contains(f.Detail, "skipped") {
+		t.Errorf("unreadable: %+v", f)
+	}
+	os.WriteFile(path, []byte("clusterDNS:\n- 10.96.0.10\n"), 0o644)
+	if f := checkKubelet(cfg); f.OK || !strings.Contains(f.Detail, "link-local mode needs --local-ip") {
+		t.Errorf("mismatch: %+v", f)
+	}
+	os.WriteFile(path, []byte("clusterDNS: [169.254.20.10]\n"), 0o644)
+	if f := checkKubelet(cfg); !f.OK {
+		t.Errorf("match: %+v", f)
+	}
+}
+
+func TestWrite(t *testing.T) {
+	var b bytes.Buffer
+	if Write(&b, []Finding{{Check: "a", OK: true, Detail: "fine"}, {Check: "b", Detail: "broken", Fix: "mend it"}}) {
+		t.Error("Write reported success with a failure")
+	}
+	want := "[ok  ] a: fine\n[FAIL] b: broken\n       fix: mend it\nsome checks failed\n"
+	if b.String() != want {
+		t.Errorf("Write:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
