@@ -2,18 +2,39 @@ package testbed
 
 import (
 	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
-// TestKubeProxy runs the real kube-proxy in two node namespaces, one per
-// mode, and checks that each programs the kube-dns ClusterIP's DNAT rules
-// from a Service and a hand-made EndpointSlice.
-func TestKubeProxy(t *testing.T) {
+// TestNodes runs the real kube-proxy in two node namespaces, one per mode,
+// and checks that each programs the kube-dns ClusterIP's DNAT rules from a
+// Service and a hand-made EndpointSlice. It also attaches a namespace the
+// test made itself, which must survive Stop without the testbed's veth.
+func TestNodes(t *testing.T) {
 	if r := UnavailableNodes(); r != "" {
 		t.Skip("testbed: " + r)
 	}
+	// Registered before StartForTest, so this cleanup runs after Stop.
+	attached := "nodedns-attach-" + randomToken()[:8]
+	if out, err := exec.Command("ip", "netns", "add", attached).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		out, err := exec.Command("ip", "-n", attached, "link", "show", NodeInterface).CombinedOutput()
+		if err == nil {
+			t.Errorf("%s still in netns %s after Stop:\n%s", NodeInterface, attached, out)
+		}
+		if out, err := exec.Command("ip", "netns", "delete", attached).CombinedOutput(); err != nil {
+			t.Errorf("attached netns %s gone after Stop (or delete failed): %v: %s", attached, err, out)
+		}
+	})
+
 	tb := StartForTest(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel) // not defer: the parallel subtests run after this function returns
@@ -64,4 +85,39 @@ func TestKubeProxy(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("attach existing netns", func(t *testing.T) {
+		t.Parallel()
+		node, err := tb.AddNode(ctx, "node-attached", attached)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := node.Run(ctx, "ip", "-4", "addr", "show", NodeInterface)
+		if err != nil || !strings.Contains(string(out), node.IP.String()+"/24") {
+			t.Errorf("%s in %s: %v\n%s", NodeInterface, attached, err, out)
+		}
+		// The relay answers at NodeGateway from inside the node namespace.
+		port := strconv.Itoa(tb.port)
+		if out, err := node.Run(ctx, "bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%s", NodeGateway, port)); err != nil {
+			t.Errorf("connect to %s:%s from the node: %v\n%s", NodeGateway, port, err, out)
+		}
+		n, err := tb.Client().CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(n.Status.Addresses) == 0 || n.Status.Addresses[0].Address != node.IP.String() {
+			t.Errorf("Node addresses = %v, want InternalIP %s", n.Status.Addresses, node.IP)
+		}
+		path, err := tb.NodeKubeconfig(ctx, tb.Kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.LoadFromFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server; got != tb.NodeURL() {
+			t.Errorf("NodeKubeconfig server = %s, want %s", got, tb.NodeURL())
+		}
+	})
 }

@@ -2,29 +2,32 @@ package testbed
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 )
 
-// Unavailable returns why a testbed cannot start on this machine (etcd
-// missing), or "" when it can. Missing Kubernetes binaries are not a reason:
-// Start builds them.
+// Unavailable returns why testbed tests do not run here (not root, or etcd
+// missing), or "" when they do. Start itself needs no root; tests ask for it
+// like every kernel and testbed tier, and so that the Kubernetes binaries
+// come from root's cache, where `make tools` put them. Missing binaries are
+// not a reason: Start builds them.
 func Unavailable() string {
+	if euid := os.Geteuid(); euid != 0 {
+		return fmt.Sprintf("not root (euid %d): testbed tests run as root, like the kernel tier", euid)
+	}
 	if _, err := EtcdPath(); err != nil {
 		return err.Error()
 	}
 	return ""
 }
 
-// UnavailableNodes returns why AddNode and kube-proxy cannot run here (not
-// root, or a tool missing), or "" when they can.
+// UnavailableNodes returns why AddNode and kube-proxy cannot run here (see
+// Unavailable, or a tool missing), or "" when they can.
 func UnavailableNodes() string {
 	if r := Unavailable(); r != "" {
 		return r
-	}
-	if os.Geteuid() != 0 {
-		return "node network namespaces and kube-proxy need root (run the tests as root)"
 	}
 	for _, tool := range []string{"ip", "iptables", "iptables-save", "iptables-restore", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
