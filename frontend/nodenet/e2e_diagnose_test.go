@@ -1,0 +1,149 @@
+package nodenet_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodedns/nodedns/shared/netnstest"
+)
+
+// diagnose runs `nodedns-frontend diagnose` in the node namespace with the
+// frontend's flags plus extra, and returns its output and exit code.
+func (c *cluster) diagnose(t *testing.T, resolv, kubelet string, extra ...string) (string, int) {
+	t.Helper()
+	args := append([]string{"diagnose"}, c.args("--resolv-conf="+resolv, "--kubelet-config="+kubelet, "--timeout=500ms")...)
+	args = append(args, extra...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := c.node.Command(ctx, frontendBinary(t), args...).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	t.Fatalf("diagnose: %v\n%s", err, out)
+	return "", -1
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestE2EDiagnose breaks a node one way at a time and checks that diagnose
+// fails with the finding an operator needs.
+func TestE2EDiagnose(t *testing.T) {
+	c := newCluster(t)
+	c.backend.ready.Store(true)
+	// A long sync interval keeps the damage in place while diagnose looks.
+	c.start(t, "--sync-interval=1h")
+	waitFor(t, 10*time.Second, "takeover", func() bool { return c.linkExists() && len(c.nodednsRules(t)) == 36 })
+	resolv := writeFile(t, "resolv.conf", "nameserver "+node2IP+"\n")
+	kubelet := writeFile(t, "config.yaml", "kind: KubeletConfiguration\nclusterDNS:\n- "+clusterIP+"\n")
+
+	healthy := func(t *testing.T) {
+		t.Helper()
+		out, code := c.diagnose(t, resolv, kubelet)
+		if code != 0 {
+			t.Fatalf("diagnose on a healthy node: exit %d\n%s", code, out)
+		}
+		t.Logf("healthy node:\n%s", out)
+	}
+	t.Run("healthy", healthy)
+
+	for _, tc := range []struct {
+		name   string
+		breaks func(t *testing.T) (extra []string, resolv, kubelet string)
+		want   []string // substrings of the output
+	}{
+		{"rule deleted", func(t *testing.T) ([]string, string, string) {
+			c.node.Run("iptables", "-t", "raw", "-D", "PREROUTING", "-d", clusterIP+"/32", "-p", "udp", "-m", "udp", "--dport", "53",
+				"-m", "comment", "--comment", "nodedns: notrack udp to 10.96.0.10:53", "-j", "NOTRACK")
+			return nil, resolv, kubelet
+		}, []string{"[FAIL] rules (iptables-nft): 1 of 36 rules missing", `raw/PREROUTING "nodedns: notrack udp to 10.96.0.10:53"`}},
+		{"rules in the other backend", func(t *testing.T) ([]string, string, string) {
+			c.node.Run("iptables-legacy", "-t", "raw", "-A", "PREROUTING", "-d", clusterIP, "-p", "udp", "--dport", "53",
+				"-m", "comment", "--comment", "nodedns: left by an old instance", "-j", "NOTRACK")
+			return nil, resolv, kubelet
+		}, []string{"[FAIL] rules (iptables-legacy, unused): 1 nodedns rules"}},
+		{"address removed", func(t *testing.T) ([]string, string, string) {
+			c.node.Run("ip", "addr", "del", clusterIP+"/32", "dev", "nodedns")
+			return nil, resolv, kubelet
+		}, []string{"[FAIL] interface nodedns:", "lacks 10.96.0.10"}},
+		{"port held by another process", func(t *testing.T) ([]string, string, string) {
+			var pc net.PacketConn
+			var ln net.Listener
+			if err := c.node.Do(func() (err error) {
+				if pc, err = net.ListenPacket("udp", netnstest.NodeVethIP+":5353"); err != nil {
+					return err
+				}
+				ln, err = net.Listen("tcp", netnstest.NodeVethIP+":5353")
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pc.Close(); ln.Close() })
+			return []string{"--listen=" + netnstest.NodeVethIP + ":5353"}, resolv, kubelet
+		}, []string{"[FAIL] listener udp 10.244.1.1:5353: port 5353 is held by nodenet.test (pid " + itoa(os.Getpid()) + `): the frontend gets "address already in use"`}},
+		{"nothing listens", func(t *testing.T) ([]string, string, string) {
+			return []string{"--listen=" + netnstest.NodeVethIP + ":5354"}, resolv, kubelet
+		}, []string{"[FAIL] listener udp 10.244.1.1:5354: nothing listens"}},
+		{"backend hangs", func(t *testing.T) ([]string, string, string) {
+			var ln net.Listener
+			if err := c.node.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() }) // accepts (kernel backlog) but never answers
+			return []string{"--backend=" + ln.Addr().String(), "--backend-ready-url="}, resolv, kubelet
+		}, []string{"[FAIL] backend 127.0.0.1:", "i/o timeout", "does not answer in time"}},
+		{"fallback unreachable", func(t *testing.T) ([]string, string, string) {
+			return []string{"--fallback=" + node2IP + ":5399"}, resolv, kubelet
+		}, []string{"[FAIL] fallback 10.0.0.2:5399: tcp 10.0.0.2:5399: connection refused"}},
+		{"upstream resolver down", func(t *testing.T) ([]string, string, string) {
+			return nil, writeFile(t, "resolv.conf", "nameserver "+node2IP+"\nnameserver 10.0.0.1\n"), kubelet
+		}, []string{"[ok  ] upstream resolver 10.0.0.2", "[FAIL] upstream resolver 10.0.0.1: udp 10.0.0.1:53: connection refused"}},
+		{"resolv.conf loops to nodedns", func(t *testing.T) ([]string, string, string) {
+			return nil, writeFile(t, "resolv.conf", "nameserver "+linkLocal+"\n"), kubelet
+		}, []string{"[FAIL] upstream resolver 169.254.20.10: is an address nodedns owns"}},
+		{"kubelet clusterDNS wrong for the mode", func(t *testing.T) ([]string, string, string) {
+			return []string{"--mode=link-local"}, resolv, kubelet
+		}, []string{"[FAIL] kubelet clusterDNS:", "link-local mode needs --local-ip"}},
+		{"backend down", func(t *testing.T) ([]string, string, string) {
+			c.backend.kill()
+			return nil, resolv, kubelet
+		}, []string{"[FAIL] backend 127.0.0.1:", "connection refused", "is nodedns-backend running?"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			extra, r, k := tc.breaks(t)
+			out, code := c.diagnose(t, r, k, extra...)
+			if code != 1 {
+				t.Errorf("exit %d, want 1", code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if t.Failed() || testing.Verbose() {
+				t.Logf("diagnose:\n%s", out)
+			}
+		})
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
