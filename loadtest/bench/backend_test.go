@@ -50,10 +50,11 @@ func TestFixedRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	r, err := runFixedRate(context.Background(), be.Addr, Queries(100), 1000, time.Second)
+	samples, err := runFixedRate(context.Background(), be.Addr, Queries(100), 1000, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := samples.result()
 	if r.Sent < 900 || r.Sent > 1000 {
 		t.Errorf("sent %d queries in 1s at 1000 qps", r.Sent)
 	}

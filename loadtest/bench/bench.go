@@ -104,14 +104,45 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	defer be.Close()
 	fmt.Fprintf(progress, "bench: %d names in %s, backend %s, load average %s\n", len(qs), queryFile, be.Addr, rep.LoadAvg)
 
+	// Each server in turn: start, warm up, saturate. Servers stay up (idle)
+	// until the end, so that the latency rounds can interleave them.
+	var runners []*runner
+	defer func() {
+		for _, r := range runners {
+			r.stop()
+		}
+	}()
 	for _, name := range cfg.Servers {
-		r := runner{cfg: cfg, dir: dir, name: name, be: be, qs: qs, queryFile: queryFile,
-			rssFile: rssFile, client: client, server: server, progress: progress}
-		row, err := r.run(ctx)
-		if err != nil {
+		r := &runner{cfg: cfg, dir: dir, name: name, be: be, qs: qs, queryFile: queryFile,
+			rssFile: rssFile, client: client, server: server, progress: progress, row: Row{Server: name}}
+		runners = append(runners, r)
+		if err := r.start(ctx); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		rep.Rows = append(rep.Rows, row)
+		if err := r.saturate(ctx); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+
+	// Fixed-rate runs in rounds, servers taking turns (the first one
+	// rotating), so that changes in other work on the machine during the
+	// run fall on every server alike.
+	rounds := max(1, int(cfg.Duration/latencyRound))
+	fmt.Fprintf(progress, "bench: %d queries/s in %d rounds of %s per server, servers taking turns\n", cfg.Rate, rounds, cfg.Duration/time.Duration(rounds))
+	for i := range rounds {
+		for j := range runners {
+			r := runners[(i+j)%len(runners)]
+			if err := r.latencyRound(ctx, cfg.Duration/time.Duration(rounds)); err != nil {
+				return nil, fmt.Errorf("%s: %w", r.name, err)
+			}
+		}
+	}
+
+	for _, r := range runners {
+		if err := r.finish(ctx); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.name, err)
+		}
+		rep.Rows = append(rep.Rows, r.row)
 	}
 	return rep, nil
 }
@@ -149,6 +180,9 @@ func checkTools(cfg Config) error {
 	return errors.Join(errs...)
 }
 
+// latencyRound is the length of one server's turn in the fixed-rate run.
+const latencyRound = time.Second
+
 // runner benchmarks one server.
 type runner struct {
 	cfg                  Config
@@ -159,6 +193,11 @@ type runner struct {
 	client, server       sched // where dnsperf and the servers run
 	progress             io.Writer
 	port                 int // the server's DNS port, set once it is chosen
+
+	p       *process       // set by start
+	addr    string         // the server's DNS address, set by start
+	row     Row            // filled phase by phase
+	samples latencySamples // of all latency rounds
 }
 
 // Timeouts of the harness.
@@ -177,20 +216,20 @@ func (r *runner) logf(format string, args ...any) {
 	fmt.Fprintf(r.progress, "%-9s "+format+"\n", append([]any{r.name}, args...)...)
 }
 
-func (r *runner) run(ctx context.Context) (Row, error) {
-	row := Row{Server: r.name}
+// start starts the server, waits until it answers and warms its cache.
+func (r *runner) start(ctx context.Context) error {
 	dnsPort, err := freePort()
 	if err != nil {
-		return row, err
+		return err
 	}
 	r.port = dnsPort
 	metricsPort, err := freePort()
 	if err != nil {
-		return row, err
+		return err
 	}
 	healthPort, err := freePort()
 	if err != nil {
-		return row, err
+		return err
 	}
 	bh, bp, _ := net.SplitHostPort(r.be.Addr)
 	env := serverEnv{dir: r.dir, port: dnsPort, backend: r.be.Addr, backendHost: bh, backendPort: bp,
@@ -198,39 +237,60 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 		health: "127.0.0.1:" + strconv.Itoa(healthPort), cfg: r.cfg}
 	argv, err := serverArgv(r.name, env)
 	if err != nil {
-		return row, err
+		return err
 	}
-	p, err := startProcess(r.name, argv, r.server, filepath.Join(r.dir, r.name+".log"))
+	r.p, err = startProcess(r.name, argv, r.server, filepath.Join(r.dir, r.name+".log"))
 	if err != nil {
-		return row, err
+		return err
 	}
-	defer p.stop()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
-	r.logf("pid %d on %s: %s", p.pid(), addr, strings.Join(argv, " "))
-	if err := r.waitReady(ctx, p, addr); err != nil {
-		return row, err
+	r.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
+	r.logf("pid %d on %s: %s", r.p.pid(), r.addr, strings.Join(argv, " "))
+	if err := r.waitReady(ctx, r.p, r.addr); err != nil {
+		return err
 	}
 
 	// Warm-up: one pass over the file fills the cache.
-	row.Warm, err = r.dnsperf(ctx, 1, 0, "warm")
+	r.row.Warm, err = r.dnsperf(ctx, 1, 0, "warm")
 	if err != nil {
-		return row, err
+		return err
 	}
-	r.logf("warm-up: %d/%d answered, backend saw %d queries", row.Warm.Completed, row.Warm.Sent, r.be.Queries())
+	r.logf("warm-up: %d/%d answered, backend saw %d queries", r.row.Warm.Completed, r.row.Warm.Sent, r.be.Queries())
+	return nil
+}
 
-	// The measured runs, under real-time scheduling if asked: the server,
-	// dnsperf and the harness (latency generator, fake backend).
-	if r.cfg.Realtime {
-		if err := errors.Join(setRealtime(p.pid(), true, 0), setRealtime(0, true, 0)); err != nil {
-			return row, fmt.Errorf("real-time scheduling: %w", err)
-		}
-		defer func() { _ = errors.Join(setRealtime(p.pid(), false, r.cfg.Nice), setRealtime(0, false, r.cfg.Nice)) }()
+// stop stops the server if it was started.
+func (r *runner) stop() {
+	if r.p != nil {
+		r.p.stop()
 	}
+}
 
-	// Saturating run: CPU from /proc before and after.
-	st0, err := p.stat()
+// realtime puts the server and the harness under real-time scheduling, if
+// the config asks for it, and returns the function that undoes it.
+func (r *runner) realtime() (undo func(), err error) {
+	if !r.cfg.Realtime {
+		return func() {}, nil
+	}
+	undo = func() { _ = errors.Join(setRealtime(r.p.pid(), false, r.cfg.Nice), setRealtime(0, false, r.cfg.Nice)) }
+	if err := errors.Join(setRealtime(r.p.pid(), true, 0), setRealtime(0, true, 0)); err != nil {
+		undo()
+		return nil, fmt.Errorf("real-time scheduling: %w", err)
+	}
+	return undo, nil
+}
+
+// saturate runs dnsperf for the configured duration and measures the
+// server's CPU over it.
+func (r *runner) saturate(ctx context.Context) error {
+	undo, err := r.realtime()
 	if err != nil {
-		return row, err
+		return err
+	}
+	defer undo()
+	row := &r.row
+	st0, err := r.p.stat()
+	if err != nil {
+		return err
 	}
 	up0 := r.be.Queries()
 	var profDone chan struct{}
@@ -238,65 +298,82 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 		profDone = make(chan struct{})
 		go func() {
 			defer close(profDone)
-			row.Profile, row.ProfError = perfRecord(ctx, p.pid(), r.cfg.Duration, filepath.Join(r.dir, r.name+".perf"))
+			row.Profile, row.ProfError = perfRecord(ctx, r.p.pid(), r.cfg.Duration, filepath.Join(r.dir, r.name+".perf"))
 		}()
 	}
 	row.Dnsperf, err = r.dnsperfFile(ctx, r.queryFile, 0, r.cfg.Duration, "qps", r.cfg.Realtime)
-	if err != nil {
-		return row, err
-	}
-	st1, err := p.stat()
-	if err != nil {
-		return row, err
-	}
-	row.Upstream = r.be.Queries() - up0
-	row.CPU = st1.CPU() - st0.CPU()
-	if row.CPU > 0 {
-		row.QPerCPU = float64(row.Dnsperf.Completed) / row.CPU.Seconds()
-	}
 	if profDone != nil {
 		<-profDone
 		if row.ProfError != nil {
 			r.logf("no CPU profile: %v", row.ProfError)
 		}
 	}
+	if err != nil {
+		return err
+	}
+	st1, err := r.p.stat()
+	if err != nil {
+		return err
+	}
+	row.Upstream = r.be.Queries() - up0
+	row.CPU = st1.CPU() - st0.CPU()
+	if row.CPU > 0 {
+		row.QPerCPU = float64(row.Dnsperf.Completed) / row.CPU.Seconds()
+	}
 	r.logf("saturated: %.0f qps, %d lost, server CPU %.2fs, %.0f queries per CPU second, %d misses",
 		row.Dnsperf.QPS, row.Dnsperf.Lost, row.CPU.Seconds(), row.QPerCPU, row.Upstream)
+	return nil
+}
 
-	// Fixed-rate run for latency, and the CPU a server spends at a rate
-	// below its capacity (where a server that polls pays for it).
-	st0, err = p.stat()
+// latencyRound sends the fixed rate for d, adding the latencies and the
+// server's CPU (what a server spends below its capacity, where one that
+// polls pays for it) to the row.
+func (r *runner) latencyRound(ctx context.Context, d time.Duration) error {
+	undo, err := r.realtime()
 	if err != nil {
-		return row, err
+		return err
 	}
-	row.Latency, err = runFixedRate(ctx, addr, r.qs, r.cfg.Rate, r.cfg.Duration)
+	defer undo()
+	st0, err := r.p.stat()
 	if err != nil {
-		return row, err
+		return err
 	}
-	st1, err = p.stat()
+	s, err := runFixedRate(ctx, r.addr, r.qs, r.cfg.Rate, d)
 	if err != nil {
-		return row, err
+		return err
 	}
-	row.RateCPU = st1.CPU() - st0.CPU()
+	st1, err := r.p.stat()
+	if err != nil {
+		return err
+	}
+	r.samples.add(s)
+	r.row.RateCPU += st1.CPU() - st0.CPU()
+	return nil
+}
+
+// finish summarizes the latency rounds, fills the cache to RSSNames
+// entries and reads the peak RSS.
+func (r *runner) finish(ctx context.Context) error {
+	row := &r.row
+	row.Latency = r.samples.result()
 	r.logf("%d qps: p50 %s p99 %s p99.9 %s, %d/%d lost, server CPU %.2fs", r.cfg.Rate, row.Latency.P50, row.Latency.P99,
 		row.Latency.P999, row.Latency.Lost(), row.Latency.Sent, row.RateCPU.Seconds())
 
-	// Fill the cache to RSSNames entries, then read the peak RSS.
 	rssWarm, err := r.dnsperfFile(ctx, r.rssFile, 1, 0, "rss", false)
 	if err != nil {
-		return row, err
+		return err
 	}
-	if err := p.alive(); err != nil {
-		return row, err
+	if err := r.p.alive(); err != nil {
+		return err
 	}
-	st, err := p.status()
+	st, err := r.p.status()
 	if err != nil {
-		return row, err
+		return err
 	}
 	row.PeakRSS = st.VmHWM
 	r.logf("peak RSS %.1f MiB (now %.1f MiB) after a pass over %d names (%d answered)",
 		float64(st.VmHWM)/mib, float64(st.VmRSS)/mib, r.cfg.RSSNames, rssWarm.Completed)
-	return row, nil
+	return nil
 }
 
 func (r *runner) dnsperf(ctx context.Context, passes int, limit time.Duration, phase string) (DnsperfResult, error) {

@@ -25,6 +25,30 @@ type LatencyResult struct {
 // latencyDrain.
 func (r LatencyResult) Lost() int64 { return r.Sent - r.Received }
 
+// latencySamples collects the outcome of fixed-rate rounds.
+type latencySamples struct {
+	sent int64
+	lats []time.Duration
+}
+
+func (s *latencySamples) add(o latencySamples) {
+	s.sent += o.sent
+	s.lats = append(s.lats, o.lats...)
+}
+
+// result sorts the samples and returns their percentiles.
+func (s *latencySamples) result() LatencyResult {
+	slices.Sort(s.lats)
+	r := LatencyResult{Sent: s.sent, Received: int64(len(s.lats))}
+	if len(s.lats) > 0 {
+		r.P50 = percentile(s.lats, 0.50)
+		r.P99 = percentile(s.lats, 0.99)
+		r.P999 = percentile(s.lats, 0.999)
+		r.Max = s.lats[len(s.lats)-1]
+	}
+	return r
+}
+
 // Fixed-rate generator settings.
 const (
 	// latencySockets spreads queries over several source ports, as pods
@@ -38,25 +62,28 @@ const (
 	// latencyDrain is how long receivers wait for answers after the last
 	// query; later answers count as lost.
 	latencyDrain = time.Second
+	// drainPoll is how often the end of a run checks whether every query
+	// was answered, so that a round without losses ends at once.
+	drainPoll = 5 * time.Millisecond
 )
 
 // runFixedRate sends qs round-robin to addr over UDP at rate queries per
 // second for d and records each query's latency (send to answer).
-func runFixedRate(ctx context.Context, addr string, qs []Query, rate int, d time.Duration) (LatencyResult, error) {
+func runFixedRate(ctx context.Context, addr string, qs []Query, rate int, d time.Duration) (latencySamples, error) {
 	wire := make([][]byte, len(qs))
 	for i, q := range qs {
 		m := new(dns.Msg)
 		m.SetQuestion(q.Name, q.Qtype)
 		b, err := m.Pack()
 		if err != nil {
-			return LatencyResult{}, fmt.Errorf("pack %s: %w", q.Name, err)
+			return latencySamples{}, fmt.Errorf("pack %s: %w", q.Name, err)
 		}
 		wire[i] = b
 	}
 
 	raddr, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
-		return LatencyResult{}, err
+		return latencySamples{}, err
 	}
 	type sock struct {
 		conn *net.UDPConn
@@ -70,13 +97,14 @@ func runFixedRate(ctx context.Context, addr string, qs []Query, rate int, d time
 			for _, s := range socks[:i] {
 				s.conn.Close()
 			}
-			return LatencyResult{}, fmt.Errorf("latency generator: %w", err)
+			return latencySamples{}, fmt.Errorf("latency generator: %w", err)
 		}
 		_ = c.SetReadBuffer(4 << 20)
 		socks[i] = &sock{conn: c, lats: make([]time.Duration, 0, int(float64(rate)*d.Seconds())/latencySockets+1)}
 	}
 
 	start := time.Now()
+	var received atomic.Int64
 	var wg sync.WaitGroup
 	for _, s := range socks {
 		wg.Add(1)
@@ -95,6 +123,7 @@ func runFixedRate(ctx context.Context, addr string, qs []Query, rate int, d time
 				id := uint16(buf[0])<<8 | uint16(buf[1])
 				if t := s.sent[id].Swap(0); t != 0 {
 					s.lats = append(s.lats, time.Duration(now-t))
+					received.Add(1)
 				}
 			}
 		}()
@@ -129,30 +158,25 @@ send:
 		}
 	}
 	tick.Stop()
+	for drain := time.Now().Add(latencyDrain); received.Load() < sent && time.Now().Before(drain); {
+		time.Sleep(drainPoll)
+	}
 	for _, s := range socks {
-		_ = s.conn.SetReadDeadline(time.Now().Add(latencyDrain))
+		_ = s.conn.SetReadDeadline(time.Now()) // ends the receivers
 	}
 	wg.Wait()
 	for _, s := range socks {
 		s.conn.Close()
 	}
 	if sendErr != nil {
-		return LatencyResult{}, sendErr
+		return latencySamples{}, sendErr
 	}
 
-	var all []time.Duration
+	out := latencySamples{sent: sent}
 	for _, s := range socks {
-		all = append(all, s.lats...)
+		out.lats = append(out.lats, s.lats...)
 	}
-	slices.Sort(all)
-	r := LatencyResult{Sent: sent, Received: int64(len(all))}
-	if len(all) > 0 {
-		r.P50 = percentile(all, 0.50)
-		r.P99 = percentile(all, 0.99)
-		r.P999 = percentile(all, 0.999)
-		r.Max = all[len(all)-1]
-	}
-	return r, nil
+	return out, nil
 }
 
 // percentile returns the nearest-rank percentile p (0..1] of sorted.
