@@ -135,6 +135,26 @@ func TestInstallAndRBAC(t *testing.T) {
 			t.Errorf("%s: %v, want Forbidden", d.what, err)
 		}
 	}
+
+	// The grant is enough: the backend, with the chart's Corefile and only
+	// the ServiceAccount's credentials, syncs (its /ready answers) and
+	// answers for the Services just created.
+	if testing.Short() {
+		t.Skip("-short: not building nodedns-backend")
+	}
+	kubeconfig, err := tb.ServiceAccountKubeconfig(ctx, DefaultNamespace, "nodedns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := runChartBackend(t, ctx, kubeconfig)
+	for name, want := range map[string]string{
+		"kube-dns.kube-system.svc.cluster.local":         "10.96.0.10",
+		"nodedns-fallback.kube-system.svc.cluster.local": "10.96.0.11",
+	} {
+		if got := lookupA(t, addr, name); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: %v, want %s", name, got, want)
+		}
+	}
 }
 
 type watcher interface{ Stop() }

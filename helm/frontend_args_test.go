@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,12 +28,7 @@ func TestFrontendAcceptsRenderedArgs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: not building nodedns-frontend")
 	}
-	bin := filepath.Join(t.TempDir(), "nodedns-frontend")
-	build := exec.Command("go", "build", "-o", bin, "../frontend")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build frontend: %v\n%s", err, out)
-	}
+	bin := imageBinary(t, "nodedns-frontend")
 	for _, tc := range []struct {
 		values   string
 		rejected bool

@@ -7,8 +7,64 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
+
+// imageBins caches the binaries built as the Dockerfiles build them, for
+// the tests that run them; TestMain removes dir.
+var imageBins struct {
+	sync.Mutex
+	dir   string
+	built map[string]string
+}
+
+// imageBinary builds binary ("nodedns-frontend", "nodedns-backend") the way
+// images/<component>.Dockerfile does: from a context holding only the files
+// it copies, with CGO_ENABLED=0 and -trimpath. Built once per test binary.
+func imageBinary(t *testing.T, binary string) string {
+	t.Helper()
+	imageBins.Lock()
+	defer imageBins.Unlock()
+	if bin, ok := imageBins.built[binary]; ok {
+		return bin
+	}
+	if imageBins.dir == "" {
+		dir, err := os.MkdirTemp("", "nodedns-helm-bins-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		imageBins.dir, imageBins.built = dir, map[string]string{}
+	}
+	df := parseDockerfile(t, "../images/"+strings.TrimPrefix(binary, "nodedns-")+".Dockerfile")
+	ctx, err := os.MkdirTemp(imageBins.dir, "context-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range df.copies {
+		cmd := exec.Command("cp", "-r", filepath.Join("..", src), filepath.Join(ctx, strings.TrimSuffix(src, "/")))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("cp %s: %v: %s", src, err, out)
+		}
+	}
+	bin := filepath.Join(imageBins.dir, binary)
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, df.pkg)
+	build.Dir = ctx
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s from the files %s copies: %v\n%s", df.pkg, binary, err, out)
+	}
+	imageBins.built[binary] = bin
+	return bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if imageBins.dir != "" {
+		os.RemoveAll(imageBins.dir)
+	}
+	os.Exit(code)
+}
 
 // dockerfile is what the image tests need from a Dockerfile.
 type dockerfile struct {
@@ -129,20 +185,7 @@ func TestImages(t *testing.T) {
 			if testing.Short() {
 				t.Skip("-short: not building from the copied files")
 			}
-			// Build from a context holding only what the Dockerfile copies.
-			ctx := t.TempDir()
-			for _, src := range df.copies {
-				cmd := exec.Command("cp", "-r", filepath.Join("..", src), filepath.Join(ctx, strings.TrimSuffix(src, "/")))
-				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("cp %s: %v: %s", src, err, out)
-				}
-			}
-			build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(t.TempDir(), c.binary), df.pkg)
-			build.Dir = ctx
-			build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
-			if out, err := build.CombinedOutput(); err != nil {
-				t.Errorf("go build %s from the copied files: %v\n%s", df.pkg, err, out)
-			}
+			imageBinary(t, c.binary)
 		})
 	}
 }
