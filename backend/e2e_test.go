@@ -38,14 +38,15 @@ func clusterCorefile(t testing.TB, kubeconfig string) string {
 }
 
 // startClusterBackend runs the backend with the default Corefile against tb,
-// forwarding to a fake upstream, and waits until it is ready (the kubernetes
-// plugin has synced).
-func startClusterBackend(t testing.TB, tb *testbed.Testbed) *backend {
+// forwarding to a fake upstream, with extraEnv added to its environment, and
+// waits until it is ready (the kubernetes plugin has synced).
+func startClusterBackend(t testing.TB, tb *testbed.Testbed, extraEnv ...string) *backend {
 	t.Helper()
 	var fwd atomic.Int64
 	up := fakeUpstream(t, &fwd)
 	b, env := backendPorts(t)
 	env = append(env, "NODEDNS_UPSTREAM="+up.Addr)
+	env = append(env, extraEnv...)
 	b.start(t, clusterCorefile(t, tb.Kubeconfig), env, 60*time.Second)
 	return b
 }

@@ -12,17 +12,12 @@ import (
 
 // startFrontend runs nodedns-frontend on loopback, without touching the
 // node's network, in front of the backend b, and returns its DNS address
-// once its /ready answers. The binary is $NODEDNS_FRONTEND_BIN, else
-// ../bin/nodedns-frontend when present, else built into a temporary
-// directory (the frontend links neither CoreDNS nor client-go: seconds).
+// once its /ready answers. The binary is $NODEDNS_FRONTEND_BIN, else built
+// from this tree into a temporary directory (a possibly stale bin/ is not
+// used; the frontend links neither CoreDNS nor client-go: seconds).
 func startFrontend(t testing.TB, b *backend) string {
 	t.Helper()
 	bin := os.Getenv("NODEDNS_FRONTEND_BIN")
-	if bin == "" {
-		if p, err := filepath.Abs("../bin/nodedns-frontend"); err == nil && isFile(p) {
-			bin = p
-		}
-	}
 	if bin == "" {
 		bin = filepath.Join(t.TempDir(), "nodedns-frontend")
 		out, err := exec.Command("go", "build", "-o", bin, "../frontend").CombinedOutput()
@@ -73,9 +68,4 @@ func startFrontend(t testing.TB, b *backend) string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
 }
