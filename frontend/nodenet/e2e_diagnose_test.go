@@ -146,4 +146,3 @@ func TestE2EDiagnose(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-

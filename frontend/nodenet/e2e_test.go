@@ -199,6 +199,13 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterDNAT(t, true)
+}
+
+// newClusterDNAT builds the cluster; fakeDNAT adds kube-proxy's ClusterIP
+// DNAT by hand (tests with the real kube-proxy leave it to kube-proxy).
+func newClusterDNAT(t *testing.T, fakeDNAT bool) *cluster {
+	t.Helper()
 	netnstest.Require(t, "iptables", "iptables-nft-save", "iptables-legacy-save", "go")
 	topo := netnstest.NodePod(t)
 	c := &cluster{top: t, node: topo.Node, pod: topo.Pod, node2: netnstest.New(t, "node2"), handoverDir: t.TempDir()}
@@ -206,11 +213,13 @@ func newCluster(t *testing.T) *cluster {
 	c.node2.Run("ip", "route", "add", "10.244.0.0/16", "via", "10.0.0.1")
 	// kube-proxy's view of kube-dns: the ClusterIP DNATed to the other
 	// node's backend, with conntrack (and masquerading) active.
-	for _, p := range []string{"udp", "tcp"} {
-		c.node.Run("iptables", "-t", "nat", "-A", "PREROUTING", "-d", clusterIP, "-p", p, "--dport", "53",
-			"-j", "DNAT", "--to-destination", node2IP+":53")
+	if fakeDNAT {
+		for _, p := range []string{"udp", "tcp"} {
+			c.node.Run("iptables", "-t", "nat", "-A", "PREROUTING", "-d", clusterIP, "-p", p, "--dport", "53",
+				"-j", "DNAT", "--to-destination", node2IP+":53")
+		}
+		c.node.Run("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", "10.244.0.0/16", "-d", node2IP, "-j", "MASQUERADE")
 	}
-	c.node.Run("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", "10.244.0.0/16", "-d", node2IP, "-j", "MASQUERADE")
 	c.remote = serveOn(t, c.node2, node2IP+":53", remoteAns)
 	serveOn(t, c.node2, node2IP+":5301", remoteAns) // the fallback listener
 	c.backend = startBackend(t, c.node)
