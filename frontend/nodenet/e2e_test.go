@@ -462,3 +462,52 @@ func TestE2ETakeoverLifecycle(t *testing.T) {
 		t.Logf("FIGURE conntrack without nodedns: %d entries before, %d after 200 UDP queries to %s through the DNAT", before, conntrackCount(t, c.node), clusterIP)
 	})
 }
+
+// TestE2EHotUpgrade starts a second frontend while the first serves a
+// pod's load: the sockets are handed over, the node network stays in place,
+// and SIGTERM to the old instance removes nothing.
+func TestE2EHotUpgrade(t *testing.T) {
+	c := newCluster(t)
+	c.backend.ready.Store(true)
+	old := c.start(t)
+	waitFor(t, 10*time.Second, "/ready 200", func() bool {
+		code, _, _ := httpGet(c.node, "127.0.0.1:9254", "/ready")
+		return code == http.StatusOK
+	})
+	rules := c.nodednsRules(t)
+	var sent, lost atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				sent.Add(1)
+				addr := []string{linkLocal + ":53", clusterIP + ":53"}[i%2]
+				if _, err := ask(c.pod, "udp", addr, fmt.Sprintf("up%d-%d.example.", w, i%200), 2*time.Second); err != nil {
+					lost.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	c.start(t)
+	time.Sleep(2 * time.Second)
+	_ = old.Process.Signal(syscall.SIGTERM)
+	_ = old.Wait()
+	time.Sleep(time.Second)
+	cancel()
+	wg.Wait()
+	t.Logf("FIGURE hot upgrade: %d queries from the pod during the upgrade, %d lost", sent.Load(), lost.Load())
+	if lost.Load() != 0 {
+		t.Errorf("%d queries lost", lost.Load())
+	}
+	if got := c.nodednsRules(t); strings.Join(got, "\n") != strings.Join(rules, "\n") || !c.linkExists() {
+		t.Error("the node network changed across the upgrade")
+	}
+	code, body, _ := httpGet(c.node, "127.0.0.1:9254", "/ready")
+	if code != http.StatusOK {
+		t.Errorf("new instance /ready = %d %q", code, body)
+	}
+}
