@@ -29,6 +29,7 @@ type Row struct {
 	CPU       time.Duration // server user+system CPU during the run
 	QPerCPU   float64       // queries completed per server CPU second
 	Upstream  int64         // queries that reached the backend during the run (cache misses)
+	RateMiss  int64         // queries that reached the backend during the fixed-rate run
 	Warm      DnsperfResult // the warm-up pass
 	PeakRSS   uint64        // VmHWM at the end, bytes
 	Latency   LatencyResult // fixed-rate run
@@ -338,10 +339,12 @@ func (r *runner) latencyRound(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return err
 	}
+	up0 := r.be.Queries()
 	s, err := runFixedRate(ctx, r.addr, r.qs, r.cfg.Rate, d)
 	if err != nil {
 		return err
 	}
+	r.row.RateMiss += r.be.Queries() - up0
 	st1, err := r.p.stat()
 	if err != nil {
 		return err
@@ -356,8 +359,8 @@ func (r *runner) latencyRound(ctx context.Context, d time.Duration) error {
 func (r *runner) finish(ctx context.Context) error {
 	row := &r.row
 	row.Latency = r.samples.result()
-	r.logf("%d qps: p50 %s p99 %s p99.9 %s, %d/%d lost, server CPU %.2fs", r.cfg.Rate, row.Latency.P50, row.Latency.P99,
-		row.Latency.P999, row.Latency.Lost(), row.Latency.Sent, row.RateCPU.Seconds())
+	r.logf("%d qps: p50 %s p99 %s p99.9 %s, %d/%d lost, server CPU %.2fs, %d misses", r.cfg.Rate, row.Latency.P50, row.Latency.P99,
+		row.Latency.P999, row.Latency.Lost(), row.Latency.Sent, row.RateCPU.Seconds(), row.RateMiss)
 
 	rssWarm, err := r.dnsperfFile(ctx, r.rssFile, 1, 0, "rss", false)
 	if err != nil {

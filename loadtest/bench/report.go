@@ -49,17 +49,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 			busy = 100 * row.CPU.Seconds() / row.Dnsperf.RunTime.Seconds()
 		}
 		rateBusy := 100 * row.RateCPU.Seconds() / c.Duration.Seconds()
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.0f%%\t%.0f\t%s\t%.1f\t%s\t%s\t%.0f%%\t%d+%d\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.0f%%\t%.0f\t%s\t%.1f\t%s\t%s\t%.0f%%\t%d+%d\t%d+%d\t\n",
 			row.Server, row.Dnsperf.QPS, row.CPU.Seconds(), busy, row.QPerCPU, ratio,
 			float64(row.PeakRSS)/mib, fmtLatency(row.Latency.P50), fmtLatency(row.Latency.P99), rateBusy,
-			row.Dnsperf.Lost, row.Latency.Lost(), row.Upstream)
+			row.Dnsperf.Lost, row.Latency.Lost(), row.Upstream, row.RateMiss)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	b.WriteString("\nbusy: server CPU / run time of the saturating run (below ~95%: dnsperf, not the server, was the limit).\n" +
 		"CPU % @rate: server CPU / run time of the fixed-rate run. lost: dnsperf run + fixed-rate run.\n" +
-		"misses: queries that reached the backend during the saturating run.\n")
+		"misses: queries that reached the backend during the saturating run + the fixed-rate run.\n")
 
 	if fe := r.Row(Frontend); fe != nil {
 		b.WriteString("\nfrontend targets (measured side by side in this run):\n")
