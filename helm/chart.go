@@ -29,6 +29,10 @@ const chartRoot = "nodedns"
 const (
 	DefaultRelease   = "nodedns"
 	DefaultNamespace = "kube-system"
+	// DefaultKubeVersion is the cluster version renderings assume: the
+	// testbed's kube-apiserver. (The SDK's own default is v1.20, older than
+	// anything nodedns supports.)
+	DefaultKubeVersion = "v1.36.0"
 )
 
 // Options selects the release a rendering is for. The zero value renders
@@ -36,6 +40,10 @@ const (
 type Options struct {
 	Release   string
 	Namespace string
+	// KubeVersion is the cluster's version as Helm would report it
+	// (".Capabilities.KubeVersion"), e.g. "v1.28.0". Default
+	// DefaultKubeVersion.
+	KubeVersion string
 }
 
 func (o Options) withDefaults() Options {
@@ -44,6 +52,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Namespace == "" {
 		o.Namespace = DefaultNamespace
+	}
+	if o.KubeVersion == "" {
+		o.KubeVersion = DefaultKubeVersion
 	}
 	return o
 }
@@ -101,7 +112,12 @@ func Render(values map[string]any, opts Options) (*Rendering, error) {
 	if values == nil {
 		values = map[string]any{}
 	}
-	caps := chartutil.DefaultCapabilities
+	kv, err := chartutil.ParseKubeVersion(opts.KubeVersion)
+	if err != nil {
+		return nil, err
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = *kv
 	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{
 		Name:      opts.Release,
 		Namespace: opts.Namespace,

@@ -180,7 +180,7 @@ func checkPod(t *testing.T, ds *appsv1.DaemonSet, vals map[string]any) {
 	if fe == nil || be == nil {
 		t.Fatalf("frontend %v backend %v", fe != nil, be != nil)
 	}
-	if wantSidecar := get(vals, "backend", "nativeSidecar") != false; sidecar != wantSidecar {
+	if wantSidecar := get(vals, "backend", "nativeSidecar") != false && get(vals, "backend", "nativeSidecar") != "false"; sidecar != wantSidecar {
 		t.Errorf("backend native sidecar %v, want %v", sidecar, wantSidecar)
 	}
 	if sidecar {
@@ -478,6 +478,46 @@ func TestExpand(t *testing.T) {
 	} {
 		if got := expand(in, env); got != want {
 			t.Errorf("expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestNativeSidecarAuto checks backend.nativeSidecar=auto against the
+// cluster version: an API server before 1.29 would drop restartPolicy and
+// leave the backend a blocking init container.
+func TestNativeSidecarAuto(t *testing.T) {
+	for _, tc := range []struct {
+		kube, values string
+		want         bool
+	}{
+		{"v1.36.0", "", true},
+		{"v1.29.0", "", true},
+		{"v1.28.5", "", false},
+		{"v1.28.5", "backend: {nativeSidecar: true}", true},
+		{"v1.36.0", "backend: {nativeSidecar: false}", false},
+	} {
+		vals, err := ParseValues(tc.values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Render(vals, Options{KubeVersion: tc.kube})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := r.Objects()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := DaemonSet(objs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fe, be, sidecar := containers(ds)
+		if fe == nil || be == nil || sidecar != tc.want {
+			t.Errorf("Kubernetes %s, %q: backend sidecar %v, want %v", tc.kube, tc.values, sidecar, tc.want)
+		}
+		if !sidecar && (be.StartupProbe != nil || be.LivenessProbe.InitialDelaySeconds == 0) {
+			t.Errorf("Kubernetes %s, %q: a plain backend container with a startup probe or no initial delay", tc.kube, tc.values)
 		}
 	}
 }

@@ -6,7 +6,7 @@ container with restartPolicy Always) and the plain one (a second container).
 name: backend
 image: "{{ .Values.image.backend.repository }}:{{ include "nodedns.imageTag" . }}"
 imagePullPolicy: {{ .Values.image.pullPolicy }}
-{{- if .Values.backend.nativeSidecar }}
+{{- if (include "nodedns.nativeSidecar" .) }}
 # A native sidecar: kubelet starts the frontend once the startup probe
 # passes, and stops the backend after the frontend.
 restartPolicy: Always
@@ -56,7 +56,7 @@ securityContext:
     drop: ["ALL"]
   seccompProfile:
     type: RuntimeDefault
-{{- if .Values.backend.nativeSidecar }}
+{{- if (include "nodedns.nativeSidecar" .) }}
 # Ready means the kubernetes plugin has synced; until then the frontend is
 # not started. 300 x 1s: a slow API server gets five minutes.
 startupProbe:
@@ -71,7 +71,7 @@ livenessProbe:
   httpGet:
     path: /health
     port: {{ .Values.backend.healthPort }}
-  {{- if not .Values.backend.nativeSidecar }}
+  {{- if not (include "nodedns.nativeSidecar" .) }}
   initialDelaySeconds: 60
   {{- end }}
   periodSeconds: 10

@@ -154,3 +154,19 @@ the command line itself.
 {{- define "nodedns.hostPort" -}}
 {{- if contains ":" . -}}[{{ . }}]{{- else -}}{{ . }}{{- end -}}
 {{- end -}}
+
+{{/*
+Whether the backend runs as a native sidecar: backend.nativeSidecar true or
+false, or "auto" for Kubernetes 1.29 and later (where sidecars are on by
+default). An older API server would drop restartPolicy from the init
+container, and the backend, which never exits, would keep the frontend from
+ever starting.
+*/}}
+{{- define "nodedns.nativeSidecar" -}}
+{{- $v := .Values.backend.nativeSidecar -}}
+{{- if eq (toString $v) "auto" -}}
+{{- if semverCompare ">=1.29.0-0" .Capabilities.KubeVersion.Version }}true{{ end -}}
+{{- else if $v -}}
+true
+{{- end -}}
+{{- end -}}
