@@ -77,3 +77,28 @@ func TestPercentile(t *testing.T) {
 		}
 	}
 }
+
+func TestRoundP99(t *testing.T) {
+	var s latencySamples
+	for round := range 5 {
+		o := latencySamples{sent: 100}
+		for i := range 100 {
+			d := time.Duration(i+1) * time.Microsecond
+			if round == 2 {
+				d *= 1000 // one round disturbed
+			}
+			o.lats = append(o.lats, d)
+		}
+		s.add(o)
+	}
+	r := s.result()
+	if r.Sent != 500 || r.Received != 500 {
+		t.Fatalf("sent/received %d/%d", r.Sent, r.Received)
+	}
+	if r.RoundP99 != 99*time.Microsecond {
+		t.Errorf("RoundP99 = %s, want 99us", r.RoundP99)
+	}
+	if r.P99 < time.Millisecond {
+		t.Errorf("P99 = %s, want the disturbed round to show", r.P99)
+	}
+}

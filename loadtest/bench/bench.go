@@ -359,8 +359,9 @@ func (r *runner) latencyRound(ctx context.Context, d time.Duration) error {
 func (r *runner) finish(ctx context.Context) error {
 	row := &r.row
 	row.Latency = r.samples.result()
-	r.logf("%d qps: p50 %s p99 %s p99.9 %s, %d/%d lost, server CPU %.2fs, %d misses", r.cfg.Rate, row.Latency.P50, row.Latency.P99,
-		row.Latency.P999, row.Latency.Lost(), row.Latency.Sent, row.RateCPU.Seconds(), row.RateMiss)
+	r.logf("%d qps: p50 %s p99 %s p99.9 %s, median of the rounds' p99 %s, %d/%d lost, server CPU %.2fs, %d misses", r.cfg.Rate,
+		row.Latency.P50, row.Latency.P99, row.Latency.P999, row.Latency.RoundP99, row.Latency.Lost(), row.Latency.Sent,
+		row.RateCPU.Seconds(), row.RateMiss)
 
 	rssWarm, err := r.dnsperfFile(ctx, r.rssFile, 1, 0, "rss", false)
 	if err != nil {

@@ -19,6 +19,9 @@ type LatencyResult struct {
 	Sent, Received int64
 	P50, P99, P999 time.Duration
 	Max            time.Duration
+	// RoundP99 is the median of the rounds' p99s: one round disturbed by
+	// other work on the machine moves P99 but hardly this.
+	RoundP99 time.Duration
 }
 
 // Lost returns the queries that got no answer within the run plus
@@ -27,13 +30,19 @@ func (r LatencyResult) Lost() int64 { return r.Sent - r.Received }
 
 // latencySamples collects the outcome of fixed-rate rounds.
 type latencySamples struct {
-	sent int64
-	lats []time.Duration
+	sent      int64
+	lats      []time.Duration
+	roundP99s []time.Duration // p99 of each round added
 }
 
 func (s *latencySamples) add(o latencySamples) {
 	s.sent += o.sent
 	s.lats = append(s.lats, o.lats...)
+	if len(o.lats) > 0 {
+		round := slices.Clone(o.lats)
+		slices.Sort(round)
+		s.roundP99s = append(s.roundP99s, percentile(round, 0.99))
+	}
 }
 
 // result sorts the samples and returns their percentiles.
@@ -45,6 +54,10 @@ func (s *latencySamples) result() LatencyResult {
 		r.P99 = percentile(s.lats, 0.99)
 		r.P999 = percentile(s.lats, 0.999)
 		r.Max = s.lats[len(s.lats)-1]
+	}
+	if len(s.roundP99s) > 0 {
+		p := slices.Sorted(slices.Values(s.roundP99s))
+		r.RoundP99 = p[(len(p)-1)/2]
 	}
 	return r
 }
