@@ -3,6 +3,7 @@
 //
 //	nodedns-loadtest bench [flags]   side-by-side cache-hit benchmark
 //	nodedns-loadtest load [flags]    load generator: many pods' stub resolvers
+//	nodedns-loadtest compare [flags] the per-node DNS designs side by side on the testbed
 package main
 
 import (
@@ -23,8 +24,9 @@ var version = "dev"
 
 // commands maps a subcommand to its entry point. Each parses its own flags.
 var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
-	"bench": runBench,
-	"load":  runLoad,
+	"bench":   runBench,
+	"load":    runLoad,
+	"compare": runCompare,
 }
 
 func main() {
@@ -41,7 +43,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintf(stderr, "usage: nodedns-loadtest <command> [flags]  (version %s)\n\ncommands:\n  bench   side-by-side cache-hit benchmark (frontend, unbound, dnsmasq, CoreDNS as NodeLocal DNSCache)\n  load    load generator: many pods' stub resolvers (search path, A+AAAA, retries) against one nameserver\n\nRun `nodedns-loadtest <command> -h` for its flags.\n", version)
+		fmt.Fprintf(stderr, "usage: nodedns-loadtest <command> [flags]  (version %s)\n\ncommands:\n  bench   side-by-side cache-hit benchmark (frontend, unbound, dnsmasq, CoreDNS as NodeLocal DNSCache)\n  load    load generator: many pods' stub resolvers (search path, A+AAAA, retries) against one nameserver\n  compare the per-node DNS designs side by side on the testbed (CoreDNS Deployment, NodeLocal DNSCache, dnsmasq+CoreDNS, nodedns)\n\nRun `nodedns-loadtest <command> -h` for its flags.\n", version)
 		if len(args) == 0 {
 			return errors.New("no command")
 		}

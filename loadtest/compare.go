@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nodedns/nodedns/loadtest/scenario"
+)
+
+// errUnavailable makes main exit 2 after printing what the machine lacks.
+var errUnavailable = errors.New("cannot run here")
+
+// compareFlags registers the comparison's flags on fs.
+func compareFlags(fs *flag.FlagSet, cfg *scenario.Config) *string {
+	designs := fs.String("designs", "all", "designs to compare, comma-separated: coredns,nodelocal,zalando,nodedns or all")
+	fs.IntVar(&cfg.Rate, "rate", cfg.Rate, "lookups per second of every design's measured run")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each measured run")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured run at the same rate before each measured one")
+	fs.IntVar(&cfg.Pods, "pods", cfg.Pods, "pod addresses the lookups come from")
+	fs.StringVar(&cfg.Mix, "mix", cfg.Mix, "generator mix (see `load -h`)")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "pods' resolver timeout")
+	fs.IntVar(&cfg.Attempts, "attempts", cfg.Attempts, "pods' resolver attempts")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the names (the same for every design)")
+	fs.StringVar(&cfg.OutDir, "out", cfg.OutDir, "output dir: report.md, results.json, logs")
+	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "dir of nodedns-frontend, nodedns-backend, nodedns-loadtest")
+	fs.BoolVar(&cfg.Dnsperf, "dnsperf", cfg.Dnsperf, "cross-check the generator's maximum with dnsperf against nodedns")
+	fs.BoolVar(&cfg.Chaos, "chaos", cfg.Chaos, "run the chaos experiments after the comparison")
+	fs.DurationVar(&cfg.ChaosDuration, "chaos-duration", cfg.ChaosDuration, "length of each chaos run")
+	return designs
+}
+
+// runCompare is `nodedns-loadtest compare`.
+func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := scenario.DefaultConfig()
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	designs := compareFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("compare: unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.Designs, err = scenario.ParseDesigns(*designs); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if r := scenario.Unavailable(cfg.BinDir); r != "" {
+		fmt.Fprintf(stderr, "compare: %s\n", r)
+		return errUnavailable
+	}
+	env, err := scenario.StartEnv(ctx, scenario.Options{OutDir: cfg.OutDir, BinDir: cfg.BinDir, Pods: cfg.Pods, Logf: logf(stderr)})
+	if err != nil {
+		return err
+	}
+	rep, runErr := scenario.Compare(ctx, env, cfg, stderr)
+	closeErr := env.Close()
+	if rep != nil {
+		rep.Command = "nodedns-loadtest compare " + strings.Join(args, " ")
+		path, err := rep.WriteFiles(cfg.OutDir)
+		if err != nil {
+			return errors.Join(runErr, closeErr, err)
+		}
+		rep.WriteTable(stdout)
+		fmt.Fprintf(stdout, "\nreport: %s\n", path)
+	}
+	return errors.Join(runErr, closeErr)
+}
+
+func logf(w io.Writer) func(string, ...any) {
+	return func(format string, args ...any) {
+		fmt.Fprintf(w, "-- "+format+"\n", args...)
+	}
+}

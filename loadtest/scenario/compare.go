@@ -1,0 +1,335 @@
+package scenario
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodedns/nodedns/loadtest/gen"
+)
+
+// Config is one comparison run: the same load and mix against every
+// design, one after the other, each on a fresh node.
+type Config struct {
+	// Designs to run, by name, in table order.
+	Designs []string
+	// Rate is the lookups per second of the measured run (open loop).
+	Rate int
+	// Duration of the measured run.
+	Duration time.Duration
+	// Warmup is an unmeasured run at Rate before it (fills caches).
+	Warmup time.Duration
+	// Pods is the number of pod addresses the lookups come from.
+	Pods int
+	// Mix is the generator's -mix.
+	Mix string
+	// Timeout and Attempts are the pods' resolv.conf options.
+	Timeout  time.Duration
+	Attempts int
+	// Seed makes the names reproducible across designs.
+	Seed uint64
+	// OutDir receives report.md, results.json, logs and generator output.
+	OutDir string
+	// BinDir holds the nodedns binaries.
+	BinDir string
+	// Dnsperf adds a dnsperf run against the first design's nameserver
+	// (cross-check that the generator is not the bottleneck).
+	Dnsperf bool
+	// Chaos runs the chaos experiments after the comparison.
+	Chaos bool
+	// ChaosDuration is the length of each chaos run.
+	ChaosDuration time.Duration
+}
+
+// DefaultConfig is the published comparison's configuration.
+func DefaultConfig() Config {
+	return Config{
+		Designs:       []string{"coredns", "nodelocal", "zalando", "nodedns"},
+		Rate:          500,
+		Duration:      20 * time.Second,
+		Warmup:        5 * time.Second,
+		Pods:          50,
+		Mix:           "default",
+		Timeout:       gen.DefaultTimeout,
+		Attempts:      gen.DefaultAttempts,
+		Seed:          1,
+		OutDir:        "out/compare",
+		BinDir:        "bin",
+		ChaosDuration: 20 * time.Second,
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Designs) == 0 {
+		errs = append(errs, errors.New("no designs"))
+	}
+	for _, d := range c.Designs {
+		if _, ok := DesignByName(d); !ok {
+			errs = append(errs, fmt.Errorf("unknown design %q", d))
+		}
+	}
+	if c.Rate <= 0 || c.Duration <= 0 || c.Pods <= 0 || c.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("rate %d, duration %v, pods %d, warmup %v: need positive values", c.Rate, c.Duration, c.Pods, c.Warmup))
+	}
+	if _, err := gen.ParseMix(c.Mix); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ParseDesigns reads a comma-separated list; "all" is every design.
+func ParseDesigns(s string) ([]string, error) {
+	if s == "all" {
+		var out []string
+		for _, d := range Designs {
+			out = append(out, d.Name)
+		}
+		return out, nil
+	}
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if _, ok := DesignByName(n); !ok {
+			return nil, fmt.Errorf("unknown design %q (have %s)", n, designNames())
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func designNames() string {
+	var n []string
+	for _, d := range Designs {
+		n = append(n, d.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// Row is one design's measurements.
+type Row struct {
+	Design string `json:"design"`
+	Title  string `json:"title"`
+	// Load is the generator's result of the measured run.
+	Load *gen.Result `json:"load"`
+	// ConntrackNew is the conntrack entries created in the node's
+	// namespace during the run; ConntrackLost says events were dropped
+	// (the count is then a lower bound). ConntrackLive is the table's
+	// size at the end.
+	ConntrackNew  int64 `json:"conntrack_new"`
+	ConntrackLost bool  `json:"conntrack_events_lost,omitempty"`
+	ConntrackLive int   `json:"conntrack_live"`
+	// NodeCPU is the CPU seconds of the node's DNS processes during the
+	// run; NodePeakRSS the sum of their peak RSS over their lifetime.
+	NodeCPU     float64 `json:"node_dns_cpu_seconds"`
+	NodePeakRSS int64   `json:"node_dns_peak_rss_bytes"`
+	// CentralCPU is the central CoreDNS's CPU seconds during the run.
+	CentralCPU float64 `json:"central_cpu_seconds"`
+	// APITierQueries is the increase of coredns_dns_requests_total of the
+	// CoreDNS that watches the API server (central or on the node).
+	APITierQueries float64 `json:"api_tier_queries"`
+	APITierCentral bool    `json:"api_tier_central"`
+	// UpstreamQueries reached the resolvers outside the cluster.
+	UpstreamQueries int64 `json:"upstream_queries"`
+	// PacketsOut left the node toward other nodes (NodeUplink transmit).
+	PacketsOut uint64 `json:"packets_out"`
+	// Error is set when the design could not be measured.
+	Error string `json:"error,omitempty"`
+}
+
+// Report is a comparison run.
+type Report struct {
+	Config  Config      `json:"config"`
+	Command string      `json:"command"`
+	Started time.Time   `json:"started"`
+	Machine string      `json:"machine"`
+	Rows    []Row       `json:"rows"`
+	Dnsperf *Crosscheck `json:"dnsperf,omitempty"`
+	Chaos   []ChaosRow  `json:"chaos,omitempty"`
+}
+
+// Compare runs the comparison in env and returns the report; progress
+// goes to w. A design that fails is reported in its row and the others
+// still run.
+func Compare(ctx context.Context, e *Env, cfg Config, w io.Writer) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Config: cfg, Started: time.Now().UTC(), Machine: machine()}
+	for _, name := range cfg.Designs {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		d, _ := DesignByName(name)
+		fmt.Fprintf(w, "== %s: %s\n", d.Name, d.Title)
+		row, err := e.measure(ctx, d, cfg, w)
+		if err != nil {
+			fmt.Fprintf(w, "== %s failed: %v\n", d.Name, err)
+			row.Error = err.Error()
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	if cfg.Dnsperf && ctx.Err() == nil {
+		cc, err := e.crosscheck(ctx, cfg, w)
+		if err != nil {
+			fmt.Fprintf(w, "== dnsperf cross-check failed: %v\n", err)
+			cc = &Crosscheck{Error: err.Error()}
+		}
+		rep.Dnsperf = cc
+	}
+	if cfg.Chaos && ctx.Err() == nil {
+		rep.Chaos = e.chaos(ctx, cfg, w)
+	}
+	return rep, ctx.Err()
+}
+
+// measure runs one design on a fresh node.
+func (e *Env) measure(ctx context.Context, d Design, cfg Config, w io.Writer) (row Row, err error) {
+	row = Row{Design: d.Name, Title: d.Title}
+	n, err := e.addNode(ctx, "node-"+d.Name)
+	if err != nil {
+		return row, err
+	}
+	defer func() { err = errors.Join(err, n.Close()) }()
+	r, err := d.start(ctx, e, n)
+	if err != nil {
+		return row, err
+	}
+	defer func() { err = errors.Join(err, r.Stop()) }()
+	row.APITierCentral = r.Central
+	if err := waitDNS(ctx, nil, n.Pod.Name, r.Nameserver, time.Minute); err != nil {
+		return row, err
+	}
+	if cfg.Warmup > 0 {
+		fmt.Fprintf(w, "   warm-up %v at %d lookups/s\n", cfg.Warmup, cfg.Rate)
+		if _, err := e.generate(ctx, n, r.Nameserver, cfg, cfg.Warmup, d.Name+"-warmup", nil); err != nil {
+			return row, err
+		}
+	}
+	if err := r.alive(); err != nil {
+		return row, err
+	}
+
+	apiBefore, err := scrapeRequests(ctx, r.APITier)
+	if err != nil {
+		return row, err
+	}
+	txBefore, err := txPackets(ctx, n.Netns, NodeUplink)
+	if err != nil {
+		return row, err
+	}
+	upBefore := e.upstream.queries.Load()
+	cpuBefore, centralBefore := procsCPU(r.Procs), procsCPU([]*process{e.centralDNS})
+	ct, err := watchConntrack(n.Netns)
+	if err != nil {
+		return row, err
+	}
+	fmt.Fprintf(w, "   measured run: %v at %d lookups/s from %d pods, mix %s\n", cfg.Duration, cfg.Rate, cfg.Pods, cfg.Mix)
+	res, genErr := e.generate(ctx, n, r.Nameserver, cfg, cfg.Duration, d.Name, w)
+	row.ConntrackNew, row.ConntrackLost = ct.Stop()
+	row.NodeCPU = procsCPU(r.Procs) - cpuBefore
+	row.CentralCPU = procsCPU([]*process{e.centralDNS}) - centralBefore
+	row.NodePeakRSS = procsPeakRSS(r.Procs)
+	row.UpstreamQueries = e.upstream.queries.Load() - upBefore
+	if genErr != nil {
+		return row, genErr
+	}
+	row.Load = res
+	var errs []error
+	if txAfter, err := txPackets(ctx, n.Netns, NodeUplink); err == nil {
+		row.PacketsOut = txAfter - txBefore
+	} else {
+		errs = append(errs, err)
+	}
+	if apiAfter, err := scrapeRequests(ctx, r.APITier); err == nil {
+		row.APITierQueries = apiAfter - apiBefore
+	} else {
+		errs = append(errs, err)
+	}
+	if row.ConntrackLive, err = conntrackEntries(ctx, n.Netns); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, r.alive())
+	return row, errors.Join(errs...)
+}
+
+// scrapeRequests reads the total of coredns_dns_requests_total.
+func scrapeRequests(ctx context.Context, t metricsTarget) (float64, error) {
+	code, body, err := httpGet(ctx, t.Netns, t.URL)
+	if err != nil {
+		return 0, fmt.Errorf("scrape %s: %w", t.URL, err)
+	}
+	if code != 200 {
+		return 0, fmt.Errorf("scrape %s: status %d", t.URL, code)
+	}
+	return metricSum(body, "coredns_dns_requests_total"), nil
+}
+
+// generate runs `nodedns-loadtest load` inside the node's pod namespace
+// and returns its result. Progress lines go to w with a prefix (nil: none).
+func (e *Env) generate(ctx context.Context, n *simNode, server string, cfg Config, d time.Duration, name string, w io.Writer) (*gen.Result, error) {
+	jsonPath := filepath.Join(e.opts.OutDir, "load-"+name+".json")
+	args := []string{
+		"load", "-server", server, "-rate", strconv.Itoa(cfg.Rate), "-duration", d.String(),
+		"-pods", strconv.Itoa(cfg.Pods), "-mix", cfg.Mix, "-seed", strconv.FormatUint(cfg.Seed, 10),
+		"-timeout", cfg.Timeout.String(), "-attempts", strconv.Itoa(cfg.Attempts),
+		"-source-ips", n.PodIPs[0].String() + "-" + n.PodIPs[len(n.PodIPs)-1].String(),
+		"-json", jsonPath,
+	}
+	if w == nil {
+		args = append(args, "-quiet")
+	}
+	cmd := n.Pod.Command(ctx, e.bin("nodedns-loadtest"), args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	var tail []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if w != nil {
+			fmt.Fprintf(w, "   %-9s %s\n", name, sc.Text())
+		}
+		tail = append(tail, sc.Text())
+		if len(tail) > 5 {
+			tail = tail[1:]
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("generator: %w: %s", err, strings.Join(tail, "\n"))
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		return nil, err
+	}
+	var res gen.Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", jsonPath, err)
+	}
+	return &res, nil
+}
+
+func machine() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	load := ""
+	if len(f) >= 3 {
+		load = ", load average " + strings.Join(f[:3], " ") + " at start"
+	}
+	out, _ := os.ReadFile("/proc/cpuinfo")
+	return fmt.Sprintf("%d CPUs%s", strings.Count(string(out), "\nprocessor")+1, load)
+}

@@ -1,0 +1,372 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodedns/nodedns/helm"
+	"github.com/nodedns/nodedns/testbed"
+)
+
+// Design is one way of running a node's DNS.
+type Design struct {
+	// Name is the short name used in flags and tables.
+	Name string
+	// Title says what runs.
+	Title string
+	start func(ctx context.Context, e *Env, n *simNode) (*running, error)
+}
+
+// Designs are the compared designs, in table order.
+var Designs = []Design{
+	{"coredns", "CoreDNS Deployment: pods → kube-dns ClusterIP (kube-proxy DNAT, conntrack) → CoreDNS on another node", startCoreDNS},
+	{"nodelocal", "NodeLocal DNSCache: CoreDNS with node-cache's Corefile on 169.254.20.10 + ClusterIP, NOTRACK → central CoreDNS over TCP", startNodeLocal},
+	{"zalando", "dnsmasq on the node IP in front of CoreDNS (kubernetes plugin) on the same node", startZalando},
+	{"nodedns", "nodedns: the chart's pod (frontend on 169.254.20.10 + ClusterIP, NOTRACK; backend on localhost TCP)", startNodedns},
+}
+
+// DesignByName finds a design.
+func DesignByName(name string) (Design, bool) {
+	for _, d := range Designs {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return Design{}, false
+}
+
+// metricsTarget is a Prometheus endpoint inside a namespace.
+type metricsTarget struct {
+	Netns, URL string
+}
+
+// running is a started design on a node.
+type running struct {
+	// Nameserver is what the pods' resolv.conf names, IP:port.
+	Nameserver string
+	// Procs are the node's DNS processes (CPU and memory are theirs).
+	Procs []*process
+	// APITier is the CoreDNS that watches the API server and answers
+	// cluster names.
+	APITier metricsTarget
+	// Central reports that the API tier is the central CoreDNS.
+	Central bool
+	// Frontend and Backend are nodedns's processes (chaos needs them).
+	Frontend, Backend *process
+	// restartFrontend starts another frontend with the same command.
+	restartFrontend func() (*process, error)
+	stop            []func() error
+}
+
+func (r *running) Stop() error {
+	var errs []error
+	for i := len(r.stop) - 1; i >= 0; i-- {
+		errs = append(errs, r.stop[i]())
+	}
+	r.stop = nil
+	return errors.Join(errs...)
+}
+
+func (r *running) alive() error {
+	for _, p := range r.Procs {
+		if p.Exited() {
+			return p.errExited()
+		}
+	}
+	return nil
+}
+
+func startCoreDNS(ctx context.Context, e *Env, n *simNode) (*running, error) {
+	return &running{
+		Nameserver: testbed.DNSServiceIP + ":53",
+		APITier:    metricsTarget{e.central.Netns, "http://" + CentralIP + ":9153/metrics"},
+		Central:    true,
+	}, nil
+}
+
+// nodeLocalCorefile is node-cache's Corefile (kubernetes/dns
+// cmd/node-cache, iptables mode with the kube-dns IP bound locally) with
+// its placeholders filled in: __PILLAR__CLUSTER__DNS__ is the
+// kube-dns-upstream Service, __PILLAR__UPSTREAM__SERVERS__ the node's
+// resolvers.
+func nodeLocalCorefile() string {
+	bind := "bind " + LocalIP + " " + testbed.DNSServiceIP
+	cluster := func(zone, extra string) string {
+		return zone + `:53 {
+    errors
+    cache {
+        success 9984 30
+        denial 9984 5
+    }
+    reload
+    loop
+    ` + bind + `
+    forward . ` + UpstreamServiceIP + ` {
+        force_tcp
+    }
+    prometheus :9253
+` + extra + `}
+`
+	}
+	return cluster("cluster.local", "    health "+LocalIP+":8080\n") +
+		cluster("in-addr.arpa", "") +
+		cluster("ip6.arpa", "") + `.:53 {
+    errors
+    cache 30
+    reload
+    loop
+    ` + bind + `
+    forward . ` + UpstreamIP + `
+    prometheus :9253
+}
+`
+}
+
+// nodeLocalRules are node-cache's iptables rules for one local IP.
+func nodeLocalRules(ip string) [][]string {
+	var rules [][]string
+	for _, proto := range []string{"udp", "tcp"} {
+		rules = append(rules,
+			[]string{"-t", "raw", "PREROUTING", "-p", proto, "-d", ip, "--dport", "53", "-j", "NOTRACK"},
+			[]string{"-t", "filter", "INPUT", "-p", proto, "-d", ip, "--dport", "53", "-j", "ACCEPT"},
+			[]string{"-t", "raw", "OUTPUT", "-p", proto, "-s", ip, "--sport", "53", "-j", "NOTRACK"},
+			[]string{"-t", "filter", "OUTPUT", "-p", proto, "-s", ip, "--sport", "53", "-j", "ACCEPT"},
+			[]string{"-t", "raw", "OUTPUT", "-p", proto, "-d", ip, "--dport", "53", "-j", "NOTRACK"},
+		)
+	}
+	return rules
+}
+
+func startNodeLocal(ctx context.Context, e *Env, n *simNode) (_ *running, err error) {
+	r := &running{
+		Nameserver: testbed.DNSServiceIP + ":53",
+		APITier:    metricsTarget{e.central.Netns, "http://" + CentralIP + ":9153/metrics"},
+		Central:    true,
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, r.Stop())
+		}
+	}()
+	// node-cache holds both IPs on a dummy link; this kernel has no dummy
+	// type, so a bridge without ports holds them (as the frontend does).
+	for _, args := range [][]string{
+		{"link", "add", "nodelocaldns", "type", "bridge"},
+		{"addr", "add", LocalIP + "/32", "dev", "nodelocaldns"},
+		{"addr", "add", testbed.DNSServiceIP + "/32", "dev", "nodelocaldns"},
+		{"link", "set", "nodelocaldns", "up"},
+	} {
+		if _, err := run(ctx, "ip", append([]string{"-n", n.Netns}, args...)...); err != nil {
+			return nil, err
+		}
+	}
+	r.stop = append(r.stop, func() error {
+		_, err := run(context.Background(), "ip", "-n", n.Netns, "link", "del", "nodelocaldns")
+		return err
+	})
+	for _, ip := range []string{LocalIP, testbed.DNSServiceIP} {
+		for _, rule := range nodeLocalRules(ip) {
+			args := append([]string{"-w", rule[0], rule[1], "-I", rule[2]}, rule[3:]...)
+			if _, err := n.exec(ctx, "iptables", args...); err != nil {
+				return nil, err
+			}
+			del := append([]string{"-w", rule[0], rule[1], "-D", rule[2]}, rule[3:]...)
+			r.stop = append(r.stop, func() error { _, err := n.exec(context.Background(), "iptables", del...); return err })
+		}
+	}
+	conf := filepath.Join(e.opts.OutDir, "nodelocal.Corefile")
+	if err := os.WriteFile(conf, []byte(nodeLocalCorefile()), 0o644); err != nil {
+		return nil, err
+	}
+	p, err := startProcess(e.opts.OutDir, "nodelocal-node-cache", n.Netns, nil, e.bin("nodedns-backend"), "-conf", conf)
+	if err != nil {
+		return nil, err
+	}
+	r.Procs = append(r.Procs, p)
+	r.stop = append(r.stop, p.Stop)
+	return r, waitHTTP(ctx, p, n.Netns, "http://"+LocalIP+":8080/health", time.Minute)
+}
+
+// zalandoCorefile is kubeadm's Corefile on localhost, behind dnsmasq.
+func zalandoCorefile(kubeconfig string) string {
+	return strings.NewReplacer(".:53 {", ".:5300 {", "bind "+CentralIP, "bind 127.0.0.1", CentralIP+":", "127.0.0.1:").Replace(centralCorefile(kubeconfig))
+}
+
+func startZalando(ctx context.Context, e *Env, n *simNode) (_ *running, err error) {
+	nodeIP := n.IP.String()
+	r := &running{
+		Nameserver: nodeIP + ":53",
+		APITier:    metricsTarget{n.Netns, "http://127.0.0.1:9153/metrics"},
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, r.Stop())
+		}
+	}()
+	conf := filepath.Join(e.opts.OutDir, "zalando.Corefile")
+	if err := os.WriteFile(conf, []byte(zalandoCorefile(e.nodeKubeconfig)), 0o644); err != nil {
+		return nil, err
+	}
+	core, err := startProcess(e.opts.OutDir, "zalando-coredns", n.Netns, nil, e.bin("nodedns-backend"), "-conf", conf)
+	if err != nil {
+		return nil, err
+	}
+	r.Procs = append(r.Procs, core)
+	r.stop = append(r.stop, core.Stop)
+	if err := waitHTTP(ctx, core, n.Netns, "http://127.0.0.1:8181/ready", 2*time.Minute); err != nil {
+		return nil, err
+	}
+	dm, err := startProcess(e.opts.OutDir, "zalando-dnsmasq", n.Netns, nil, "dnsmasq",
+		"--keep-in-foreground", "--conf-file=/dev/null", "--pid-file=", "--log-facility=-",
+		"--no-resolv", "--no-hosts", "--bind-interfaces", "--listen-address="+nodeIP,
+		"--cache-size=10000", "--server=127.0.0.1#5300", "--user=root")
+	if err != nil {
+		return nil, err
+	}
+	r.Procs = append(r.Procs, dm)
+	r.stop = append(r.stop, dm.Stop)
+	return r, waitDNS(ctx, dm, n.Netns, r.Nameserver, time.Minute)
+}
+
+// nodednsValues are the chart values of the comparison: the defaults,
+// with the upstream of this harness for the node's resolv.conf.
+var nodednsValues = map[string]any{"upstreams": []any{UpstreamIP}}
+
+func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err error) {
+	cs, err := helm.NodeContainers(nodednsValues, helm.Options{}, helm.Node{Name: n.Name, IP: n.IP.String()})
+	if err != nil {
+		return nil, fmt.Errorf("render the chart: %w", err)
+	}
+	r := &running{Nameserver: testbed.DNSServiceIP + ":53"}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, r.Stop())
+		}
+	}()
+	dir := filepath.Join(e.opts.OutDir, "nodedns-"+n.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		argv, err := e.containerArgv(c, dir)
+		if err != nil {
+			return nil, err
+		}
+		start := func() (*process, error) {
+			return startProcess(e.opts.OutDir, "nodedns-"+c.Spec.Name, n.Netns, c.Env, argv...)
+		}
+		p, err := start()
+		if err != nil {
+			return nil, err
+		}
+		r.Procs = append(r.Procs, p)
+		r.stop = append(r.stop, func() error { return stopLatest(r, c.Spec.Name, p) })
+		switch c.Spec.Name {
+		case "backend":
+			r.Backend = p
+			r.APITier = metricsTarget{n.Netns, "http://127.0.0.1:9153/metrics"}
+			// kubelet starts the frontend once the sidecar's startup probe passes.
+			if err := waitHTTP(ctx, p, n.Netns, probeURL(c.Spec.StartupProbe, "127.0.0.1"), 2*time.Minute); err != nil {
+				return nil, err
+			}
+		case "frontend":
+			r.Frontend = p
+			r.restartFrontend = start
+			if err := waitHTTP(ctx, p, n.Netns, probeURL(c.Spec.ReadinessProbe, "127.0.0.1"), 2*time.Minute); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r, nil
+}
+
+// stopLatest stops the newest process of a container (chaos may have
+// replaced it).
+func stopLatest(r *running, name string, p *process) error {
+	switch {
+	case name == "frontend" && r.Frontend != nil:
+		p = r.Frontend
+	case name == "backend" && r.Backend != nil:
+		p = r.Backend
+	}
+	return p.Stop()
+}
+
+func probeURL(p *corev1.Probe, host string) string {
+	if p == nil || p.HTTPGet == nil {
+		return ""
+	}
+	return fmt.Sprintf("http://%s:%s%s", host, p.HTTPGet.Port.String(), p.HTTPGet.Path)
+}
+
+var kubernetesBlock = regexp.MustCompile(`(?m)^(\s*)kubernetes .*\{\s*$`)
+
+// containerArgv turns a rendered container into a command line here: the
+// binary from BinDir, ConfigMap volumes written under dir, the handover
+// hostPath moved under dir (tests of other packages use /run/nodedns),
+// and, in the backend's Corefile, a kubeconfig standing for the in-cluster
+// ServiceAccount.
+func (e *Env) containerArgv(c helm.Container, dir string) ([]string, error) {
+	cs, err := helm.Render(nodednsValues, helm.Options{})
+	if err != nil {
+		return nil, err
+	}
+	objs, err := cs.Objects()
+	if err != nil {
+		return nil, err
+	}
+	ds, err := helm.DaemonSet(objs)
+	if err != nil {
+		return nil, err
+	}
+	cms := helm.ConfigMaps(objs)
+	replace := map[string]string{}
+	for _, m := range c.Spec.VolumeMounts {
+		for _, v := range ds.Spec.Template.Spec.Volumes {
+			if v.Name != m.Name {
+				continue
+			}
+			local := filepath.Join(dir, c.Spec.Name, strings.TrimPrefix(m.MountPath, "/"))
+			switch {
+			case v.ConfigMap != nil:
+				cm, ok := cms[v.ConfigMap.Name]
+				if !ok {
+					return nil, fmt.Errorf("ConfigMap %s not rendered", v.ConfigMap.Name)
+				}
+				if err := os.MkdirAll(local, 0o755); err != nil {
+					return nil, err
+				}
+				for k, data := range cm.Data {
+					if k == "Corefile" {
+						data = kubernetesBlock.ReplaceAllString(data, "$0\n${1}    kubeconfig "+e.nodeKubeconfig)
+					}
+					if err := os.WriteFile(filepath.Join(local, k), []byte(data), 0o644); err != nil {
+						return nil, err
+					}
+				}
+				replace[m.MountPath] = local
+			case v.HostPath != nil && v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathDirectoryOrCreate:
+				if err := os.MkdirAll(local, 0o755); err != nil {
+					return nil, err
+				}
+				replace[m.MountPath] = local
+			}
+		}
+	}
+	argv := []string{e.bin(c.Command[0])}
+	for _, a := range c.Command[1:] {
+		for from, to := range replace {
+			a = strings.Replace(a, from, to, 1)
+		}
+		argv = append(argv, a)
+	}
+	return argv, nil
+}

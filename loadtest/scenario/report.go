@@ -1,0 +1,163 @@
+package scenario
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// WriteFiles writes OUT/report.md and OUT/results.json and returns the
+// report's path.
+func (r *Report) WriteFiles(dir string) (string, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+		return "", err
+	}
+	var md strings.Builder
+	r.WriteMarkdown(&md)
+	path := filepath.Join(dir, "report.md")
+	return path, os.WriteFile(path, []byte(md.String()), 0o644)
+}
+
+// WriteMarkdown writes the report.
+func (r *Report) WriteMarkdown(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "# Per-node DNS designs side by side\n\n")
+	if r.Command != "" {
+		fmt.Fprintf(w, "Command: `%s`  \n", r.Command)
+	}
+	fmt.Fprintf(w, "Run: %s, %s.  \n", r.Started.Format(time.RFC3339), r.Machine)
+	fmt.Fprintf(w, "Load: %d lookups/s open loop for %v after a %v warm-up, from %d pod addresses, mix `%s`, glibc stub behaviour (ndots:5, search path of namespace team-a, A+AAAA in parallel, timeout %v, attempts %d).\n\n",
+		c.Rate, c.Duration, c.Warmup, c.Pods, c.Mix, c.Timeout, c.Attempts)
+	r.WriteTable(w)
+	fmt.Fprintf(w, "\nColumns: `lookups/s` answered lookups (getaddrinfo calls) per second, `q/lookup` DNS queries per lookup (search path expansion), latency of answered lookups from the time each was due, `fail` error answers, `t/o` lookups with every attempt unanswered, `ct new` conntrack entries created in the node's namespace, `node CPU s` and `node RSS` the node's DNS processes (CPU during the run, peak RSS over their life), `central CPU s` the CoreDNS Deployment's replica on the other node, `API-tier q` queries that reached a CoreDNS watching the API server (`coredns_dns_requests_total`), `upstream q` queries that reached the resolvers outside the cluster, `pkts out` packets the node sent toward other nodes.\n\n")
+	for _, row := range r.Rows {
+		fmt.Fprintf(w, "- **%s**: %s", row.Design, row.Title)
+		if row.Error != "" {
+			fmt.Fprintf(w, " — **failed**: `%s`", oneLine(row.Error))
+		}
+		fmt.Fprintln(w)
+	}
+	if ratios := r.ratios(); ratios != "" {
+		fmt.Fprintf(w, "\n%s", ratios)
+	}
+	if r.Dnsperf != nil {
+		fmt.Fprintf(w, "\n## Generator cross-check\n\n")
+		r.Dnsperf.write(w)
+	}
+	if len(r.Chaos) > 0 {
+		fmt.Fprintf(w, "\n## Chaos under load\n\n")
+		writeChaos(w, r.Chaos)
+	}
+}
+
+// WriteTable writes the comparison table (markdown).
+func (r *Report) WriteTable(w io.Writer) {
+	fmt.Fprintln(w, "| design | lookups/s | q/lookup | p50 | p90 | p99 | p99.9 | max | fail | t/o | ct new | node CPU s | node RSS MiB | central CPU s | API-tier q | upstream q | pkts out |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, row := range r.Rows {
+		if row.Load == nil {
+			fmt.Fprintf(w, "| %s | failed: %s |||||||||||||||| \n", row.Design, oneLine(row.Error))
+			continue
+		}
+		l, p := row.Load, row.Load.Percentiles
+		qpl := 0.0
+		if l.Lookups > 0 {
+			qpl = float64(l.Queries) / float64(l.Lookups)
+		}
+		ct := fmt.Sprint(row.ConntrackNew)
+		if row.ConntrackLost {
+			ct = "≥" + ct
+		}
+		where := "node"
+		if row.APITierCentral {
+			where = "central"
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.2f | %v | %v | %v | %v | %v | %d | %d | %s | %.2f | %.1f | %.2f | %.0f (%s) | %d | %d |\n",
+			row.Design, l.Rate(), qpl, short(p.P50), short(p.P90), short(p.P99), short(p.P999), short(p.Max),
+			l.Failed, l.Timeouts, ct, row.NodeCPU, float64(row.NodePeakRSS)/(1<<20), row.CentralCPU,
+			row.APITierQueries, where, row.UpstreamQueries, row.PacketsOut)
+	}
+}
+
+// ratios compares every design with nodedns, when both were measured.
+func (r *Report) ratios() string {
+	var base *Row
+	for i := range r.Rows {
+		if r.Rows[i].Design == "nodedns" && r.Rows[i].Load != nil {
+			base = &r.Rows[i]
+		}
+	}
+	if base == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Ratios to nodedns in this run (other ÷ nodedns):\n\n| design | p50 | p99 | ct new | node+central CPU | pkts out | API-tier q |\n|---|--:|--:|--:|--:|--:|--:|\n")
+	ratio := func(a, b float64) string {
+		if b == 0 {
+			if a == 0 {
+				return "1x"
+			}
+			return "∞ (nodedns 0)"
+		}
+		return fmt.Sprintf("%.2fx", a/b)
+	}
+	for _, row := range r.Rows {
+		if row.Load == nil || row.Design == "nodedns" {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", row.Design,
+			ratio(float64(row.Load.Percentiles.P50), float64(base.Load.Percentiles.P50)),
+			ratio(float64(row.Load.Percentiles.P99), float64(base.Load.Percentiles.P99)),
+			ratio(float64(row.ConntrackNew), float64(base.ConntrackNew)),
+			ratio(row.NodeCPU+row.CentralCPU, base.NodeCPU+base.CentralCPU),
+			ratio(float64(row.PacketsOut), float64(base.PacketsOut)),
+			ratio(row.APITierQueries, base.APITierQueries))
+	}
+	return b.String()
+}
+
+func (c *Crosscheck) write(w io.Writer) {
+	if c.Error != "" {
+		fmt.Fprintf(w, "failed: `%s`\n", oneLine(c.Error))
+	}
+}
+
+func writeChaos(w io.Writer, rows []ChaosRow) {
+	fmt.Fprintln(w, "| experiment | design | lookups | lost | failed | slow (>1s) | note |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|---|")
+	for _, c := range rows {
+		note := c.Note
+		if c.Error != "" {
+			note = "error: " + oneLine(c.Error)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %s |\n", c.Experiment, c.Design, c.Lookups, c.Lost, c.Failed, c.Slow, note)
+	}
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return strings.ReplaceAll(s, "|", "/")
+}
+
+// short prints a latency with three significant digits.
+func short(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	default:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	}
+}
