@@ -79,6 +79,15 @@ func TestFrontendAcceptsRenderedArgs(t *testing.T) {
 				// Still running: the flags were accepted and it is waiting
 				// for the backend.
 			}
+			// NOTES.txt runs diagnose with the running frontend's flags
+			// (/proc/1/cmdline): it must accept every one of them. Checks
+			// fail in an empty netns (status 1); bad flags are status 2.
+			diag := exec.Command(unshare, append([]string{"--net", "--", bin, "diagnose", "--timeout=200ms"}, fe.Command[1:]...)...)
+			diag.Env = cmd.Env
+			out, err := diag.CombinedOutput()
+			if diag.ProcessState == nil || diag.ProcessState.ExitCode() == 2 {
+				t.Errorf("diagnose with the frontend's flags: %v\n%s", err, out)
+			}
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-done:
