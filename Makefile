@@ -30,6 +30,15 @@ BENCH_FLAGS ?= -nice=-20 -realtime
 bench: build ## Print the side-by-side performance table (frontend, unbound, dnsmasq, CoreDNS as NodeLocal DNSCache).
 	$(BIN)/nodedns-loadtest bench $(BENCH_FLAGS)
 
+# Flags of `make demo`, passed to `nodedns-loadtest demo` (see loadtest/README.md).
+DEMO_FLAGS ?=
+
+demo: ## Show nodedns on a testbed node (answers, cache hits, no conntrack entry), then compare the designs (root; installs what is missing).
+	loadtest/demo-deps.sh
+	$(MAKE) build
+	$(MAKE) tools
+	$(BIN)/nodedns-loadtest demo -out out/demo $(DEMO_FLAGS)
+
 tools: ## Build kube-apiserver and kube-proxy for the testbed (first time ~15 min; cached in ~/.cache/nodedns).
 	tools/k8s/build.sh
 

@@ -4,6 +4,7 @@
 //	nodedns-loadtest bench [flags]   side-by-side cache-hit benchmark
 //	nodedns-loadtest load [flags]    load generator: many pods' stub resolvers
 //	nodedns-loadtest compare [flags] the per-node DNS designs side by side on the testbed
+//	nodedns-loadtest demo [flags]    nodedns on a testbed node, then the comparison (make demo)
 package main
 
 import (
@@ -27,6 +28,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"bench":   runBench,
 	"load":    runLoad,
 	"compare": runCompare,
+	"demo":    runDemo,
 }
 
 func main() {
@@ -43,7 +45,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintf(stderr, "usage: nodedns-loadtest <command> [flags]  (version %s)\n\ncommands:\n  bench   side-by-side cache-hit benchmark (frontend, unbound, dnsmasq, CoreDNS as NodeLocal DNSCache)\n  load    load generator: many pods' stub resolvers (search path, A+AAAA, retries) against one nameserver\n  compare the per-node DNS designs side by side on the testbed (CoreDNS Deployment, NodeLocal DNSCache, dnsmasq+CoreDNS, nodedns)\n\nRun `nodedns-loadtest <command> -h` for its flags.\n", version)
+		fmt.Fprintf(stderr, "usage: nodedns-loadtest <command> [flags]  (version %s)\n\ncommands:\n  bench   side-by-side cache-hit benchmark (frontend, unbound, dnsmasq, CoreDNS as NodeLocal DNSCache)\n  load    load generator: many pods' stub resolvers (search path, A+AAAA, retries) against one nameserver\n  compare the per-node DNS designs side by side on the testbed (CoreDNS Deployment, NodeLocal DNSCache, dnsmasq+CoreDNS, nodedns)\n  demo    nodedns on a testbed node (answers, cache hits, no conntrack entry), then the comparison: what `make demo` runs\n\nRun `nodedns-loadtest <command> -h` for its flags.\n", version)
 		if len(args) == 0 {
 			return errors.New("no command")
 		}

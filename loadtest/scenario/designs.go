@@ -186,7 +186,7 @@ func startNodeLocal(ctx context.Context, e *Env, n *simNode) (_ *running, err er
 	if err := os.WriteFile(conf, []byte(nodeLocalCorefile()), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := startProcess(e.opts.OutDir, "nodelocal-node-cache", n.Netns, nil, e.bin("nodedns-backend"), "-conf", conf)
+	p, err := startProcess(e.opts.OutDir, n.Name+"-node-cache", n.Netns, nil, e.bin("nodedns-backend"), "-conf", conf)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +215,7 @@ func startZalando(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 	if err := os.WriteFile(conf, []byte(zalandoCorefile(e.nodeKubeconfig)), 0o644); err != nil {
 		return nil, err
 	}
-	core, err := startProcess(e.opts.OutDir, "zalando-coredns", n.Netns, nil, e.bin("nodedns-backend"), "-conf", conf)
+	core, err := startProcess(e.opts.OutDir, n.Name+"-coredns", n.Netns, nil, e.bin("nodedns-backend"), "-conf", conf)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func startZalando(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 	if err := waitHTTP(ctx, core, n.Netns, "http://127.0.0.1:8181/ready", 2*time.Minute); err != nil {
 		return nil, err
 	}
-	dm, err := startProcess(e.opts.OutDir, "zalando-dnsmasq", n.Netns, nil, "dnsmasq",
+	dm, err := startProcess(e.opts.OutDir, n.Name+"-dnsmasq", n.Netns, nil, "dnsmasq",
 		"--keep-in-foreground", "--conf-file=/dev/null", "--pid-file=", "--log-facility=-",
 		"--no-resolv", "--no-hosts", "--bind-interfaces", "--listen-address="+nodeIP,
 		"--cache-size=10000", "--server=127.0.0.1#5300", "--user=root")
@@ -261,7 +261,7 @@ func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 			return nil, err
 		}
 		start := func() (*process, error) {
-			return startProcess(e.opts.OutDir, "nodedns-"+c.Spec.Name, n.Netns, c.Env, argv...)
+			return startProcess(e.opts.OutDir, n.Name+"-"+c.Spec.Name, n.Netns, c.Env, argv...)
 		}
 		p, err := start()
 		if err != nil {

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nodedns/nodedns/loadtest/scenario"
+)
+
+// runDemo is `nodedns-loadtest demo`, what `make demo` runs.
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := scenario.DefaultConfig()
+	// Short runs: the demo finishes in a few minutes.
+	cfg.Rate, cfg.Duration, cfg.Warmup, cfg.OutDir = 300, 10*time.Second, 3*time.Second, "out/demo"
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	designs := compareFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("demo: unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.Designs, err = scenario.ParseDesigns(*designs); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if r := scenario.Unavailable(cfg.BinDir); r != "" {
+		fmt.Fprintf(stderr, "demo: %s\n", r)
+		return errUnavailable
+	}
+	start := time.Now()
+	env, err := scenario.StartEnv(ctx, scenario.Options{OutDir: cfg.OutDir, BinDir: cfg.BinDir, Pods: cfg.Pods, Logf: logf(stdout)})
+	if err != nil {
+		return err
+	}
+	rep, runErr := scenario.Demo(ctx, env, cfg, stdout)
+	closeErr := env.Close()
+	if rep != nil {
+		rep.Command = "nodedns-loadtest demo " + strings.Join(args, " ")
+		path, err := rep.WriteFiles(cfg.OutDir)
+		if err != nil {
+			return errors.Join(runErr, closeErr, err)
+		}
+		fmt.Fprintln(stdout)
+		rep.WriteTable(stdout)
+		fmt.Fprintf(stdout, "\nreport: %s (JSON: results.json beside it; logs in %s)\n", path, cfg.OutDir)
+	}
+	fmt.Fprintf(stdout, "demo took %v; every process and namespace it started is gone\n", time.Since(start).Round(time.Second))
+	return errors.Join(runErr, closeErr)
+}
