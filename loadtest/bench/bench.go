@@ -1,7 +1,8 @@
 // Package bench runs the side-by-side cache-hit benchmark: the nodedns
 // frontend, unbound, dnsmasq and CoreDNS configured as NodeLocal DNSCache,
 // each in front of the same fake backend, driven by the same dnsperf query
-// file, one after the other in one run.
+// file in one run: saturated one after the other, then latency rounds with
+// the servers taking turns.
 package bench
 
 import (
@@ -34,8 +35,8 @@ type Row struct {
 	PeakRSS   uint64        // VmHWM at the end, bytes
 	Latency   LatencyResult // fixed-rate run
 	RateCPU   time.Duration // server user+system CPU during the fixed-rate run
-	Profile   string        // CPU profile file, if taken
-	ProfError error         // why the profile could not be taken
+	Profile   string        // perf report of the saturating run, if taken
+	ProfError error         // why it could not be taken
 }
 
 // Report is the result of a run.

@@ -15,7 +15,7 @@ type serverEnv struct {
 	// backendHost and backendPort split backend for configs that want them apart.
 	backendHost, backendPort string
 	readyURL                 string // the fake backend's readiness URL
-	metrics                  string // frontend metrics (and pprof) address
+	metrics                  string // frontend metrics address
 	health                   string // frontend health address
 	cfg                      Config
 }
