@@ -346,3 +346,54 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestKernelModes checks what the other modes own: link-local takes only
+// the link-local address, node-ip no interface and only the node IP's rules.
+func TestKernelModes(t *testing.T) {
+	netnstest.Require(t, "iptables-nft", "iptables-nft-save", "iptables-legacy-save")
+	for _, tc := range []struct {
+		mode      nodenet.Mode
+		local     string
+		ask       string // answered from the pod, without conntrack
+		wantLink  bool
+		notOwned  string
+		wantRules int
+	}{
+		{nodenet.ModeLinkLocal, linkLocal, linkLocal, true, clusterIP, 10},
+		{nodenet.ModeNodeIP, netnstest.NodeVethIP, netnstest.NodeVethIP, false, linkLocal, 10},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			topo := netnstest.NodePod(t)
+			node, pod := topo.Node, topo.Pod
+			node.Run("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", "10.244.0.0/16", "-j", "MASQUERADE")
+			serveDNS(t, node, tc.ask+":53")
+			m := newManager(t, node, nodenet.Config{Mode: tc.mode, LocalIPs: []net.IP{net.ParseIP(tc.local).To4()}, ServiceIPs: []net.IP{net.ParseIP(clusterIP).To4()}})
+			if err := node.Do(func() error { return m.Sync(context.Background()) }); err != nil {
+				t.Fatal(err)
+			}
+			before := conntrackCount(t, node)
+			for range 100 {
+				if err := query(pod, "udp", tc.ask+":53"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if after := conntrackCount(t, node); after-before > 2 {
+				t.Errorf("conntrack grew by %d", after-before)
+			}
+			_, err := node.Exec("ip", "link", "show", "nodedns")
+			if (err == nil) != tc.wantLink {
+				t.Errorf("nodedns link present = %v, want %v", err == nil, tc.wantLink)
+			}
+			rules := strings.Join(savedRules(t, node, nodenet.BackendNFT), "\n")
+			if n := strings.Count(rules, "\n") + 1; n != tc.wantRules || strings.Contains(rules, tc.notOwned) {
+				t.Errorf("%d rules, want %d without %s:\n%s", n, tc.wantRules, tc.notOwned, rules)
+			}
+			if err := node.Do(func() error { return m.Teardown(context.Background()) }); err != nil {
+				t.Fatal(err)
+			}
+			if got := savedRules(t, node, nodenet.BackendNFT); len(got) != 0 {
+				t.Errorf("rules left: %q", got)
+			}
+		})
+	}
+}

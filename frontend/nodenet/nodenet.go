@@ -21,7 +21,7 @@ import (
 type Manager struct {
 	cfg Config // validated; never changed after New
 	log *zap.Logger
-	nl  Netlink             // nil in ModeNodeIP
+	nl  Netlink             // may be nil in ModeNodeIP only
 	ipt map[Family]IPTables // the families the host supports
 	met *managerMetrics
 
@@ -74,12 +74,10 @@ func NewHost(ctx context.Context, cfg Config, log *zap.Logger, reg prometheus.Re
 	if len(ipt) == 0 {
 		return nil, errors.Join(errs...)
 	}
-	var nl Netlink
-	if cfg.Mode != ModeNodeIP {
-		var err error
-		if nl, err = NewNetlink(); err != nil {
-			return nil, err
-		}
+	// node-ip mode needs netlink too: to remove a link another mode left.
+	nl, err := NewNetlink()
+	if err != nil {
+		return nil, err
 	}
 	m, err := New(cfg, log, reg, nl, ipt)
 	if err != nil {
@@ -123,13 +121,13 @@ func (m *Manager) Sync(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
-	if m.cfg.Mode == ModeNodeIP {
+	if m.cfg.Mode == ModeNodeIP && m.nl != nil {
 		// A link left by an earlier instance in another mode would still
 		// capture the addresses it holds.
 		if err := m.deleteLink(); err != nil {
 			errs = append(errs, m.fail(opLink, err))
 		}
-	} else if m.nl != nil {
+	} else if m.cfg.Mode != ModeNodeIP {
 		l, err := m.ensureLink()
 		if err != nil {
 			errs = append(errs, m.fail(opLink, err))
