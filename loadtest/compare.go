@@ -15,10 +15,11 @@ import (
 var errUnavailable = errors.New("cannot run here")
 
 // compareFlags registers the comparison's flags on fs.
-func compareFlags(fs *flag.FlagSet, cfg *scenario.Config) *string {
-	designs := fs.String("designs", "all", "designs to compare, comma-separated: coredns,nodelocal,zalando,nodedns or all")
+func compareFlags(fs *flag.FlagSet, cfg *scenario.Config) (designs *string, nice *int) {
+	designs = fs.String("designs", "all", "designs to compare, comma-separated: coredns,nodelocal,zalando,nodedns or all")
 	fs.IntVar(&cfg.Rate, "rate", cfg.Rate, "lookups per second of every design's measured run")
-	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each measured run")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured load per design, split into -rounds runs")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds: the designs take turns, each running duration/rounds per round")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured run at the same rate before each measured one")
 	fs.IntVar(&cfg.Pods, "pods", cfg.Pods, "pod addresses the lookups come from")
 	fs.StringVar(&cfg.Mix, "mix", cfg.Mix, "generator mix (see `load -h`)")
@@ -30,7 +31,22 @@ func compareFlags(fs *flag.FlagSet, cfg *scenario.Config) *string {
 	fs.BoolVar(&cfg.Dnsperf, "dnsperf", cfg.Dnsperf, "cross-check the generator's maximum with dnsperf against nodedns")
 	fs.BoolVar(&cfg.Chaos, "chaos", cfg.Chaos, "run the chaos experiments after the comparison")
 	fs.DurationVar(&cfg.ChaosDuration, "chaos-duration", cfg.ChaosDuration, "length of each chaos run")
-	return designs
+	nice = fs.Int("nice", -20, "niceness of the harness and all it starts (every design alike); 0 leaves it")
+	return designs, nice
+}
+
+// prepare checks that the comparison can run and raises its priority.
+func prepare(cfg scenario.Config, nice int, stderr io.Writer, cmd string) error {
+	if r := scenario.Unavailable(cfg.BinDir); r != "" {
+		fmt.Fprintf(stderr, "%s: %s\n", cmd, r)
+		return errUnavailable
+	}
+	if nice != 0 {
+		if err := scenario.SetNice(nice); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runCompare is `nodedns-loadtest compare`.
@@ -38,7 +54,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg := scenario.DefaultConfig()
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	designs := compareFlags(fs, &cfg)
+	designs, nice := compareFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,9 +68,8 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if r := scenario.Unavailable(cfg.BinDir); r != "" {
-		fmt.Fprintf(stderr, "compare: %s\n", r)
-		return errUnavailable
+	if err := prepare(cfg, *nice, stderr, "compare"); err != nil {
+		return err
 	}
 	env, err := scenario.StartEnv(ctx, scenario.Options{OutDir: cfg.OutDir, BinDir: cfg.BinDir, Pods: cfg.Pods, Logf: logf(stderr)})
 	if err != nil {

@@ -16,10 +16,10 @@ import (
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := scenario.DefaultConfig()
 	// Short runs: the demo finishes in a few minutes.
-	cfg.Rate, cfg.Duration, cfg.Warmup, cfg.OutDir = 300, 10*time.Second, 3*time.Second, "out/demo"
+	cfg.Rate, cfg.Duration, cfg.Rounds, cfg.Warmup, cfg.OutDir = 300, 12*time.Second, 2, 3*time.Second, "out/demo"
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	designs := compareFlags(fs, &cfg)
+	designs, nice := compareFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -33,9 +33,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if r := scenario.Unavailable(cfg.BinDir); r != "" {
-		fmt.Fprintf(stderr, "demo: %s\n", r)
-		return errUnavailable
+	if err := prepare(cfg, *nice, stderr, "demo"); err != nil {
+		return err
 	}
 	start := time.Now()
 	env, err := scenario.StartEnv(ctx, scenario.Options{OutDir: cfg.OutDir, BinDir: cfg.BinDir, Pods: cfg.Pods, Logf: logf(stdout)})

@@ -206,7 +206,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Latency = new(Histogram)
 	res.Latency.Merge(rec.res.Latency)
 	res.Elapsed = min(elapsed, cfg.Duration)
-	res.Percentiles = Summarize(res.Latency)
+	res.fill()
 	for _, s := range rec.seconds {
 		s.P50, s.P99, s.Max = s.hist.Quantile(0.5), s.hist.Quantile(0.99), s.hist.Max()
 		res.Series = append(res.Series, s.Second)

@@ -131,3 +131,35 @@ func (h *Histogram) CDF() [][2]float64 {
 	}
 	return out
 }
+
+// Bucket is one non-empty bucket of a Histogram, for JSON: its index in
+// the fixed layout and its count.
+type Bucket struct {
+	Index int    `json:"i"`
+	Count uint64 `json:"n"`
+}
+
+// Buckets returns the non-empty buckets.
+func (h *Histogram) Buckets() []Bucket {
+	var out []Bucket
+	for i, c := range h.counts {
+		if c > 0 {
+			out = append(out, Bucket{i, c})
+		}
+	}
+	return out
+}
+
+// HistogramFrom rebuilds a histogram from Buckets and the exact min, max
+// and mean they were taken with.
+func HistogramFrom(bs []Bucket, minV, maxV, mean time.Duration) *Histogram {
+	h := &Histogram{min: minV, max: maxV}
+	for _, b := range bs {
+		if b.Index >= 0 && b.Index < nBuckets {
+			h.counts[b.Index] += b.Count
+			h.n += b.Count
+		}
+	}
+	h.sum = mean * time.Duration(h.n)
+	return h
+}

@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -89,5 +90,31 @@ func TestQuantileError(t *testing.T) {
 	}
 	if h.Max() != vals[len(vals)-1] || h.Min() != vals[0] || h.Count() != uint64(len(vals)) {
 		t.Errorf("max/min/count %v %v %d", h.Max(), h.Min(), h.Count())
+	}
+}
+
+func TestHistogramJSONRoundTrip(t *testing.T) {
+	var h Histogram
+	for i := range 1000 {
+		h.Record(time.Duration(i) * 37 * time.Microsecond)
+	}
+	r := &Result{Latency: &h}
+	r.fill()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	m := Merge(&back, &back)
+	for _, q := range []float64{0, 0.5, 0.99, 1} {
+		if got, want := m.Hist().Quantile(q), h.Quantile(q); got != want {
+			t.Errorf("q%v after JSON and merge: %v, want %v", q, got, want)
+		}
+	}
+	if m.Hist().Count() != 2000 || m.Percentiles.Mean != h.Mean() {
+		t.Errorf("count %d mean %v, want 2000 and %v", m.Hist().Count(), m.Percentiles.Mean, h.Mean())
 	}
 }

@@ -35,6 +35,9 @@ type Result struct {
 	Latency *Histogram `json:"-"`
 	// Summary of Latency.
 	Percentiles Percentiles `json:"latency"`
+	// Buckets is Latency for JSON (see Hist).
+	Buckets    []Bucket      `json:"histogram"`
+	MinLatency time.Duration `json:"min_ns"`
 	// Series has one entry per second of the run.
 	Series []Second `json:"series"`
 	// FirstError is the first local error, if any.
@@ -70,6 +73,54 @@ type Second struct {
 	P50      time.Duration `json:"p50_ns"`
 	P99      time.Duration `json:"p99_ns"`
 	Max      time.Duration `json:"max_ns"`
+}
+
+// Hist returns Latency, rebuilt from Buckets after JSON decoding.
+func (r *Result) Hist() *Histogram {
+	if r.Latency != nil {
+		return r.Latency
+	}
+	return HistogramFrom(r.Buckets, r.MinLatency, r.Percentiles.Max, r.Percentiles.Mean)
+}
+
+// Merge combines the results of runs of the same load (rounds): counts
+// add up, latencies merge, series are appended in order.
+func Merge(rs ...*Result) *Result {
+	out := &Result{Latency: new(Histogram)}
+	for _, r := range rs {
+		if r == nil {
+			continue
+		}
+		out.Mode, out.TargetRate = r.Mode, r.TargetRate
+		out.Elapsed += r.Elapsed
+		out.Lookups += r.Lookups
+		out.OK += r.OK
+		out.NXDomain += r.NXDomain
+		out.Failed += r.Failed
+		out.Timeouts += r.Timeouts
+		out.Skipped += r.Skipped
+		out.Errors += r.Errors
+		out.Queries += r.Queries
+		out.Responses += r.Responses
+		out.Retries += r.Retries
+		out.Latency.Merge(r.Hist())
+		for _, s := range r.Series {
+			s.T = len(out.Series)
+			out.Series = append(out.Series, s)
+		}
+		if out.FirstError == "" {
+			out.FirstError = r.FirstError
+		}
+	}
+	out.fill()
+	return out
+}
+
+// fill sets the JSON summary of Latency.
+func (r *Result) fill() {
+	r.Percentiles = Summarize(r.Latency)
+	r.Buckets = r.Latency.Buckets()
+	r.MinLatency = r.Latency.Min()
 }
 
 // Answered returns the lookups that got an answer, positive or not.

@@ -23,8 +23,10 @@ type Config struct {
 	Designs []string
 	// Rate is the lookups per second of the measured run (open loop).
 	Rate int
-	// Duration of the measured run.
+	// Duration of the measured load per design, split into Rounds runs.
 	Duration time.Duration
+	// Rounds interleaves the designs: each runs Duration/Rounds per round.
+	Rounds int
 	// Warmup is an unmeasured run at Rate before it (fills caches).
 	Warmup time.Duration
 	// Pods is the number of pod addresses the lookups come from.
@@ -54,7 +56,8 @@ func DefaultConfig() Config {
 	return Config{
 		Designs:       []string{"coredns", "nodelocal", "zalando", "nodedns"},
 		Rate:          500,
-		Duration:      20 * time.Second,
+		Duration:      30 * time.Second,
+		Rounds:        3,
 		Warmup:        5 * time.Second,
 		Pods:          50,
 		Mix:           "default",
@@ -78,8 +81,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("unknown design %q", d))
 		}
 	}
-	if c.Rate <= 0 || c.Duration <= 0 || c.Pods <= 0 || c.Warmup < 0 {
-		errs = append(errs, fmt.Errorf("rate %d, duration %v, pods %d, warmup %v: need positive values", c.Rate, c.Duration, c.Pods, c.Warmup))
+	if c.Rate <= 0 || c.Duration <= 0 || c.Pods <= 0 || c.Warmup < 0 || c.Rounds < 1 || c.roundDuration() < time.Second {
+		errs = append(errs, fmt.Errorf("rate %d, duration %v, rounds %d, pods %d, warmup %v: need positive values and at least 1s per round", c.Rate, c.Duration, c.Rounds, c.Pods, c.Warmup))
 	}
 	if _, err := gen.ParseMix(c.Mix); err != nil {
 		errs = append(errs, err)
@@ -122,9 +125,9 @@ type Row struct {
 	// Load is the generator's result of the measured run.
 	Load *gen.Result `json:"load"`
 	// ConntrackNew is the conntrack entries created in the node's
-	// namespace during the run; ConntrackLost says events were dropped
-	// (the count is then a lower bound). ConntrackLive is the table's
-	// size at the end.
+	// namespace during the measured runs; ConntrackLost says events were
+	// dropped (the count is then a lower bound). ConntrackLive is the
+	// table's largest size at the end of a run.
 	ConntrackNew  int64 `json:"conntrack_new"`
 	ConntrackLost bool  `json:"conntrack_events_lost,omitempty"`
 	ConntrackLive int   `json:"conntrack_live"`
@@ -158,28 +161,56 @@ type Report struct {
 }
 
 // Compare runs the comparison in env and returns the report; progress
-// goes to w. A design that fails is reported in its row and the others
-// still run.
-func Compare(ctx context.Context, e *Env, cfg Config, w io.Writer) (*Report, error) {
+// goes to w. Every design gets its own node, all are started first; then
+// the measured load runs in Rounds rounds, each design in turn, so that a
+// burst of other work on the machine hits every design alike. A design
+// that fails is reported in its row and the others still run.
+func Compare(ctx context.Context, e *Env, cfg Config, w io.Writer) (rep *Report, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rep := &Report{Config: cfg, Started: time.Now().UTC(), Machine: machine()}
+	rep = &Report{Config: cfg, Started: time.Now().UTC(), Machine: machine()}
+	var live []*trial
+	defer func() {
+		for _, t := range live {
+			err = errors.Join(err, t.close())
+		}
+	}()
 	for _, name := range cfg.Designs {
+		d, _ := DesignByName(name)
+		fmt.Fprintf(w, "== %s: %s\n", d.Name, d.Title)
+		t, err := e.startTrial(ctx, d, cfg, w)
+		if t != nil {
+			live = append(live, t)
+		}
+		if err != nil {
+			fmt.Fprintf(w, "== %s failed: %v\n", d.Name, err)
+			t.fail(err)
+		}
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
 		}
-		d, _ := DesignByName(name)
-		fmt.Fprintf(w, "== %s: %s\n", d.Name, d.Title)
-		row, err := e.measure(ctx, d, cfg, w)
-		if err != nil {
-			fmt.Fprintf(w, "== %s failed: %v\n", d.Name, err)
-			row.Error = err.Error()
+	}
+	for round := 1; round <= cfg.Rounds; round++ {
+		for _, t := range live {
+			if t.err != nil {
+				continue
+			}
+			fmt.Fprintf(w, "== round %d/%d: %s, %v at %d lookups/s from %d pods, mix %s\n", round, cfg.Rounds, t.design.Name, cfg.roundDuration(), cfg.Rate, cfg.Pods, cfg.Mix)
+			if err := t.measure(ctx, fmt.Sprintf("%s-round%d", t.design.Name, round), w); err != nil {
+				fmt.Fprintf(w, "== %s failed: %v\n", t.design.Name, err)
+				t.fail(err)
+			}
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
 		}
-		rep.Rows = append(rep.Rows, row)
+	}
+	for _, t := range live {
+		rep.Rows = append(rep.Rows, t.row())
 	}
 	if cfg.Dnsperf && ctx.Err() == nil {
-		cc, err := e.crosscheck(ctx, cfg, w)
+		cc, err := e.crosscheck(ctx, cfg, live, w)
 		if err != nil {
 			fmt.Fprintf(w, "== dnsperf cross-check failed: %v\n", err)
 			cc = &Crosscheck{Error: err.Error()}
@@ -192,74 +223,122 @@ func Compare(ctx context.Context, e *Env, cfg Config, w io.Writer) (*Report, err
 	return rep, ctx.Err()
 }
 
-// measure runs one design on a fresh node.
-func (e *Env) measure(ctx context.Context, d Design, cfg Config, w io.Writer) (row Row, err error) {
-	row = Row{Design: d.Name, Title: d.Title}
+// roundDuration is the length of one measured run.
+func (c Config) roundDuration() time.Duration {
+	return (c.Duration / time.Duration(max(c.Rounds, 1))).Round(100 * time.Millisecond)
+}
+
+// trial is one design running on its node, with its measurements so far.
+type trial struct {
+	e      *Env
+	cfg    Config
+	design Design
+	node   *simNode
+	run    *running
+	loads  []*gen.Result
+	sum    Row
+	err    error
+}
+
+func (t *trial) fail(err error) {
+	if t != nil && t.err == nil {
+		t.err = err
+	}
+}
+
+// startTrial builds the design's node, starts the design and warms it up.
+func (e *Env) startTrial(ctx context.Context, d Design, cfg Config, w io.Writer) (*trial, error) {
+	t := &trial{e: e, cfg: cfg, design: d, sum: Row{Design: d.Name, Title: d.Title}}
 	n, err := e.addNode(ctx, "node-"+d.Name)
 	if err != nil {
-		return row, err
+		return t, err
 	}
-	defer func() { err = errors.Join(err, n.Close()) }()
-	r, err := d.start(ctx, e, n)
-	if err != nil {
-		return row, err
+	t.node = n
+	if t.run, err = d.start(ctx, e, n); err != nil {
+		return t, err
 	}
-	defer func() { err = errors.Join(err, r.Stop()) }()
-	row.APITierCentral = r.Central
-	if err := waitDNS(ctx, nil, n.Pod.Name, r.Nameserver, time.Minute); err != nil {
-		return row, err
+	t.sum.APITierCentral = t.run.Central
+	if err := waitDNS(ctx, nil, n.Pod.Name, t.run.Nameserver, time.Minute); err != nil {
+		return t, err
 	}
 	if cfg.Warmup > 0 {
 		fmt.Fprintf(w, "   warm-up %v at %d lookups/s\n", cfg.Warmup, cfg.Rate)
-		if _, err := e.generate(ctx, n, r.Nameserver, cfg, cfg.Warmup, d.Name+"-warmup", nil); err != nil {
-			return row, err
+		if _, err := e.generate(ctx, n, t.run.Nameserver, cfg, cfg.Warmup, d.Name+"-warmup", nil); err != nil {
+			return t, err
 		}
 	}
-	if err := r.alive(); err != nil {
-		return row, err
-	}
+	return t, t.run.alive()
+}
 
+func (t *trial) close() error {
+	var errs []error
+	if t.run != nil {
+		errs = append(errs, t.run.Stop())
+	}
+	if t.node != nil {
+		errs = append(errs, t.node.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// row returns the design's measurements over all rounds.
+func (t *trial) row() Row {
+	r := t.sum
+	if len(t.loads) > 0 {
+		r.Load = gen.Merge(t.loads...)
+	}
+	if t.run != nil {
+		r.NodePeakRSS = procsPeakRSS(t.run.Procs)
+	}
+	if t.err != nil {
+		r.Error = t.err.Error()
+	}
+	return r
+}
+
+// measure runs one measured round and adds its counters to the row.
+func (t *trial) measure(ctx context.Context, name string, w io.Writer) error {
+	e, n, r := t.e, t.node, t.run
 	apiBefore, err := scrapeRequests(ctx, r.APITier)
 	if err != nil {
-		return row, err
+		return err
 	}
 	txBefore, err := txPackets(ctx, n.Netns, NodeUplink)
 	if err != nil {
-		return row, err
+		return err
 	}
 	upBefore := e.upstream.queries.Load()
 	cpuBefore, centralBefore := procsCPU(r.Procs), procsCPU([]*process{e.centralDNS})
 	ct, err := watchConntrack(n.Netns)
 	if err != nil {
-		return row, err
+		return err
 	}
-	fmt.Fprintf(w, "   measured run: %v at %d lookups/s from %d pods, mix %s\n", cfg.Duration, cfg.Rate, cfg.Pods, cfg.Mix)
-	res, genErr := e.generate(ctx, n, r.Nameserver, cfg, cfg.Duration, d.Name, w)
-	row.ConntrackNew, row.ConntrackLost = ct.Stop()
-	row.NodeCPU = procsCPU(r.Procs) - cpuBefore
-	row.CentralCPU = procsCPU([]*process{e.centralDNS}) - centralBefore
-	row.NodePeakRSS = procsPeakRSS(r.Procs)
-	row.UpstreamQueries = e.upstream.queries.Load() - upBefore
+	res, genErr := e.generate(ctx, n, r.Nameserver, t.cfg, t.cfg.roundDuration(), name, w)
+	ctNew, ctLost := ct.Stop()
+	t.sum.ConntrackNew += ctNew
+	t.sum.ConntrackLost = t.sum.ConntrackLost || ctLost
+	t.sum.NodeCPU += procsCPU(r.Procs) - cpuBefore
+	t.sum.CentralCPU += procsCPU([]*process{e.centralDNS}) - centralBefore
+	t.sum.UpstreamQueries += e.upstream.queries.Load() - upBefore
 	if genErr != nil {
-		return row, genErr
+		return genErr
 	}
-	row.Load = res
+	t.loads = append(t.loads, res)
 	var errs []error
 	if txAfter, err := txPackets(ctx, n.Netns, NodeUplink); err == nil {
-		row.PacketsOut = txAfter - txBefore
+		t.sum.PacketsOut += txAfter - txBefore
 	} else {
 		errs = append(errs, err)
 	}
 	if apiAfter, err := scrapeRequests(ctx, r.APITier); err == nil {
-		row.APITierQueries = apiAfter - apiBefore
+		t.sum.APITierQueries += apiAfter - apiBefore
 	} else {
 		errs = append(errs, err)
 	}
-	if row.ConntrackLive, err = conntrackEntries(ctx, n.Netns); err != nil {
-		errs = append(errs, err)
-	}
-	errs = append(errs, r.alive())
-	return row, errors.Join(errs...)
+	live, err := conntrackEntries(ctx, n.Netns)
+	t.sum.ConntrackLive = max(t.sum.ConntrackLive, live)
+	errs = append(errs, err, r.alive())
+	return errors.Join(errs...)
 }
 
 // scrapeRequests reads the total of coredns_dns_requests_total.

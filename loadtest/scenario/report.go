@@ -34,8 +34,8 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "Command: `%s`  \n", r.Command)
 	}
 	fmt.Fprintf(w, "Run: %s, %s.  \n", r.Started.Format(time.RFC3339), r.Machine)
-	fmt.Fprintf(w, "Load: %d lookups/s open loop for %v after a %v warm-up, from %d pod addresses, mix `%s`, glibc stub behaviour (ndots:5, search path of namespace team-a, A+AAAA in parallel, timeout %v, attempts %d).\n\n",
-		c.Rate, c.Duration, c.Warmup, c.Pods, c.Mix, c.Timeout, c.Attempts)
+	fmt.Fprintf(w, "Load: %d lookups/s open loop for %v per design in %d interleaved rounds (designs take turns), after a %v warm-up each, from %d pod addresses, mix `%s`, glibc stub behaviour (ndots:5, search path of namespace team-a, A+AAAA in parallel, timeout %v, attempts %d).\n\n",
+		c.Rate, c.Duration, c.Rounds, c.Warmup, c.Pods, c.Mix, c.Timeout, c.Attempts)
 	r.WriteTable(w)
 	fmt.Fprintf(w, "\nColumns: `lookups/s` answered lookups (getaddrinfo calls) per second, `q/lookup` DNS queries per lookup (search path expansion), latency of answered lookups from the time each was due, `fail` error answers, `t/o` lookups with every attempt unanswered, `ct new` conntrack entries created in the node's namespace, `node CPU s` and `node RSS` the node's DNS processes (CPU during the run, peak RSS over their life), `central CPU s` the CoreDNS Deployment's replica on the other node, `API-tier q` queries that reached a CoreDNS watching the API server (`coredns_dns_requests_total`), `upstream q` queries that reached the resolvers outside the cluster, `pkts out` packets the node sent toward other nodes.\n\n")
 	for _, row := range r.Rows {
@@ -127,6 +127,13 @@ func (r *Report) ratios() string {
 func (c *Crosscheck) write(w io.Writer) {
 	if c.Error != "" {
 		fmt.Fprintf(w, "failed: `%s`\n", oneLine(c.Error))
+		return
+	}
+	fmt.Fprintf(w, "Against %s from the pod namespace, %v each, cached Service FQDNs (A and AAAA):\n\n", c.Design, crosscheckDuration)
+	fmt.Fprintf(w, "| client | queries/s answered |\n|---|--:|\n| `%s` | %.0f (lost %d) |\n| generator, closed loop | %.0f |\n| generator, the comparison's fixed load | %.0f |\n\n",
+		c.Command, c.DnsperfQPS, c.DnsperfLost, c.GeneratorQPS, c.ComparisonQPS)
+	if c.GeneratorQPS > 0 {
+		fmt.Fprintf(w, "The comparison's load is %.0f%% of what the generator reaches; the generator reaches %.0f%% of dnsperf's rate.\n", 100*c.ComparisonQPS/c.GeneratorQPS, 100*c.GeneratorQPS/max(c.DnsperfQPS, 1))
 	}
 }
 
