@@ -39,6 +39,14 @@ demo: ## Show nodedns on a testbed node (answers, cache hits, no conntrack entry
 	$(MAKE) tools
 	$(BIN)/nodedns-loadtest demo -out out/demo $(DEMO_FLAGS)
 
+# Flags of `make apicost` (see docs/apiserver-cost.md); the defaults are the
+# main run: nodes 10,30,50, 1,000 Services × 5 endpoints, 50 endpoints rolling.
+APICOST_FLAGS ?=
+
+.PHONY: apicost
+apicost: build ## Measure what nodedns backends cost kube-apiserver next to kube-proxy's watches (root; ~25 min).
+	$(GO) run ./apicost/cmd/nodedns-apicost -out apicost.md $(APICOST_FLAGS)
+
 tools: ## Build kube-apiserver and kube-proxy for the testbed (first time ~15 min; cached in ~/.cache/nodedns).
 	tools/k8s/build.sh
 

@@ -1,0 +1,104 @@
+package apicost
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// Config is one study. DefaultConfig holds the values of the main run
+// (docs/apiserver-cost.md); the smoke test shrinks them.
+type Config struct {
+	// Nodes are the simulated node counts, ascending; at least one. Each
+	// count gets two steady-state windows (kube-proxy's watch set alone, then
+	// with nodedns backends added); the largest also gets the bursts.
+	Nodes []int
+	// Services is the number of ClusterIP Services, each with one
+	// EndpointSlice of EndpointsPerService endpoints.
+	Services            int
+	EndpointsPerService int
+	// ChurnEndpoints is the size of the Deployment whose endpoints are
+	// replaced one by one, every ChurnInterval, in a single EndpointSlice
+	// (a rolling update that never ends). 0 turns churn off.
+	ChurnEndpoints int
+	ChurnInterval  time.Duration
+	// Settle is the wait after processes start (and their caches synced)
+	// before a steady-state window opens.
+	Settle time.Duration
+	// Window is the length of a steady-state window.
+	Window time.Duration
+	// BurstWindow is how long after a rollout or an API server restart the
+	// burst is measured.
+	BurstWindow time.Duration
+	// ReadyTimeout bounds the wait for all agents of a fleet to sync.
+	ReadyTimeout time.Duration
+	// BackendBinary is nodedns-backend (bin/nodedns-backend).
+	BackendBinary string
+	// WatchCommand starts one kube-proxy watch-set process; the study appends
+	// --kubeconfig, --node and --synced-file. WatchEnv is added to its
+	// environment.
+	WatchCommand []string
+	WatchEnv     []string
+	// WatchList compares client-go's streaming lists on and off for the
+	// nodedns rollout and the relist after an API server restart.
+	WatchList bool
+	// Calibrate runs one real kube-proxy (nftables mode, in a network
+	// namespace; root) and one watch-set process, and compares the watches
+	// each opens.
+	Calibrate bool
+	// Log receives progress lines. Default: discarded.
+	Logf func(format string, args ...any)
+	// Out receives the report tables (Markdown) as they are measured.
+	Out io.Writer
+}
+
+// DefaultConfig returns the main run's parameters.
+func DefaultConfig() Config {
+	return Config{
+		Nodes:               []int{10, 30, 50},
+		Services:            1000,
+		EndpointsPerService: 5,
+		ChurnEndpoints:      50,
+		ChurnInterval:       200 * time.Millisecond,
+		Settle:              20 * time.Second,
+		Window:              60 * time.Second,
+		BurstWindow:         30 * time.Second,
+		ReadyTimeout:        5 * time.Minute,
+		BackendBinary:       "bin/nodedns-backend",
+		WatchList:           true,
+		Calibrate:           true,
+	}
+}
+
+// Validate reports the first inconsistent field.
+func (c *Config) Validate() error {
+	if len(c.Nodes) == 0 {
+		return errors.New("nodes: give at least one node count")
+	}
+	if !slices.IsSorted(c.Nodes) || c.Nodes[0] < 1 {
+		return fmt.Errorf("nodes %v: want positive counts in ascending order", c.Nodes)
+	}
+	// Each node count is a separate process of each kind, and the node
+	// addresses of the calibration node come from a /24.
+	if max := c.Nodes[len(c.Nodes)-1]; max > 500 {
+		return fmt.Errorf("nodes %d: at most 500 processes per kind", max)
+	}
+	if c.Services < 1 || c.EndpointsPerService < 1 {
+		return fmt.Errorf("services %d × endpoints %d: want at least 1 each", c.Services, c.EndpointsPerService)
+	}
+	if c.ChurnEndpoints < 0 || (c.ChurnEndpoints > 0 && c.ChurnInterval <= 0) {
+		return fmt.Errorf("churn %d endpoints every %v: want a positive interval", c.ChurnEndpoints, c.ChurnInterval)
+	}
+	if c.Window <= 0 || c.BurstWindow <= 0 || c.Settle < 0 || c.ReadyTimeout <= 0 {
+		return errors.New("window, burst window and ready timeout must be positive, settle not negative")
+	}
+	if c.BackendBinary == "" {
+		return errors.New("backend binary: give the path of nodedns-backend")
+	}
+	if len(c.WatchCommand) == 0 {
+		return errors.New("watch command: give the command of a kube-proxy watch-set process")
+	}
+	return nil
+}
