@@ -8,13 +8,8 @@ import (
 )
 
 func TestNodePod(t *testing.T) {
-	Require(t, "ping")
+	Require(t)
 	topo := NodePod(t)
-	for _, ip := range []string{NodeVethIP, NodeVethIP6} {
-		if out, err := topo.Pod.Exec("ping", "-c1", "-W2", ip); err != nil {
-			t.Errorf("pod cannot reach node at %s: %v\n%s", ip, err, out)
-		}
-	}
 	// A socket opened inside Do belongs to the namespace: the node can
 	// reach it, the test's own namespace cannot.
 	var ln net.Listener
