@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -119,6 +120,7 @@ type takeover struct {
 	mu       sync.Mutex         // guards cancel, started and presence
 	presence *nodenet.Presence
 	started  bool // Setup ran
+	gated    atomic.Bool // the backend has been ready once
 }
 
 func (t *takeover) Setup(ctx context.Context) error {
@@ -144,6 +146,7 @@ func (t *takeover) Setup(ctx context.Context) error {
 		if err := t.gate.Wait(ctx); err != nil {
 			return
 		}
+		t.gated.Store(true)
 		t.log.Info("backend ready; taking over the node's DNS", zap.String("mode", string(t.m.Config().Mode)))
 		t.m.Run(ctx)
 	}()
@@ -160,8 +163,11 @@ func (t *takeover) Status() (bool, string) {
 		// answers, so it stays ready.
 		return true, detail
 	}
+	if t.gated.Load() {
+		return false, detail
+	}
 	_, gd := t.gate.Ready()
-	return false, "waiting for the backend before taking over the node's DNS: " + gd + "; " + detail
+	return false, "waiting for the backend before taking over the node's DNS: " + gd
 }
 
 func (t *takeover) stop() {
