@@ -119,7 +119,7 @@ type takeover struct {
 	done     chan struct{}      // closed when the background loop returns
 	mu       sync.Mutex         // guards cancel, started and presence
 	presence *nodenet.Presence
-	started  bool // Setup ran
+	started  bool        // Setup ran
 	gated    atomic.Bool // the backend has been ready once
 }
 
