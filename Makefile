@@ -44,8 +44,8 @@ demo: ## Show nodedns on a testbed node (answers, cache hits, no conntrack entry
 APICOST_FLAGS ?=
 
 .PHONY: apicost
-apicost: build ## Measure what nodedns backends cost kube-apiserver next to kube-proxy's watches (root; ~25 min).
-	$(GO) run ./apicost/cmd/nodedns-apicost -out apicost.md $(APICOST_FLAGS)
+apicost: build ## Measure what nodedns backends cost kube-apiserver next to kube-proxy's watches (root; ~25 min; tables in bin/apicost.md).
+	NODEDNS_ETCD=$${NODEDNS_ETCD:-$$(apicost/build-etcd.sh)} $(GO) run ./apicost/cmd/nodedns-apicost -out $(BIN)/apicost.md $(APICOST_FLAGS)
 
 tools: ## Build kube-apiserver and kube-proxy for the testbed (first time ~15 min; cached in ~/.cache/nodedns).
 	tools/k8s/build.sh
