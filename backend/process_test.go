@@ -155,7 +155,9 @@ func dnsListening(addr string) bool {
 }
 
 func httpGet(url string) (int, string, error) {
-	c := http.Client{Timeout: 2 * time.Second}
+	// Generous: a backend whose GC fights a tight GOMEMLIMIT on two busy
+	// cores can take seconds to serve /metrics.
+	c := http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get(url)
 	if err != nil {
 		return 0, "", err
