@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -30,6 +31,25 @@ const (
 	// teardown still runs before SIGKILL.
 	defaultShutdownTimeout = 5 * time.Second
 )
+
+// defaultGCPercent is the garbage collector's target when the GOGC
+// environment variable is not set. The frontend's heap is nearly all cache
+// entries, which live until evicted, and a cache hit allocates nothing, so
+// the collector runs only while misses fill the cache. Go's default (100)
+// lets the heap grow to twice the live cache before it collects; 25 holds
+// it to 1.25 times: 3 MiB less peak RSS with 10,000 entries cached, for the
+// same CPU time over a pass of 10,000 misses (docs/performance.md, "Tuning
+// notes"). A fixed memory limit (GOMEMLIMIT) would have to know the size of
+// the answers in advance: set below the live cache, it makes the collector
+// run back to back.
+const defaultGCPercent = 25
+
+// setGCPercent applies defaultGCPercent unless GOGC chose a value.
+func setGCPercent(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
+}
 
 // modeNames lists the values of --mode (see docs and DESIGN.md, "Modes").
 const modeNames = "iptables, link-local, node-ip"

@@ -54,6 +54,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "nodedns-frontend", version)
 		return 0
 	}
+	setGCPercent(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, cfg, nil); err != nil {
