@@ -140,6 +140,11 @@ func (t *takeover) Setup(ctx context.Context) error {
 				t.mu.Unlock()
 			}
 		}
+		// What a crashed instance with another configuration left would
+		// steer queries to addresses this one does not serve: remove it now.
+		// What this configuration wants stays in place: it points here, and
+		// the listeners are bound.
+		_ = t.m.RemoveStale(ctx)
 		// DESIGN.md, "Lifecycle rules": never steer the node's queries here
 		// before something answers behind the frontend.
 		t.log.Info("waiting for the backend before taking over the node's DNS")

@@ -269,9 +269,26 @@ func testTakeover(t *testing.T, backend nodenet.Backend) {
 		t.Logf("restored in %v (sync interval %v)", time.Since(start).Round(time.Millisecond), cfg.SyncInterval)
 	})
 
-	t.Run("teardown", func(t *testing.T) {
+	t.Run("a restart with another config removes what it does not want", func(t *testing.T) {
 		cancel()
 		<-done
+		next := cfg
+		next.ServiceIPs = []net.IP{net.ParseIP("10.96.0.53").To4()}
+		m2 := newManager(t, node, next)
+		if err := node.Do(func() error { return m2.RemoveStale(context.Background()) }); err != nil {
+			t.Fatal(err)
+		}
+		rules := strings.Join(savedRules(t, node, backend), "\n")
+		if strings.Contains(rules, clusterIP) || !strings.Contains(rules, linkLocal) {
+			t.Errorf("after RemoveStale:\n%s", rules)
+		}
+		addrs := node.Run("ip", "-o", "addr", "show", "dev", "nodedns")
+		if strings.Contains(addrs, clusterIP) || !strings.Contains(addrs, linkLocal) {
+			t.Errorf("addresses after RemoveStale: %s", addrs)
+		}
+	})
+
+	t.Run("teardown", func(t *testing.T) {
 		if err := node.Do(func() error { return m.Teardown(context.Background()) }); err != nil {
 			t.Fatal(err)
 		}

@@ -157,6 +157,31 @@ func (m *Manager) syncAddrs(l netlink.Link) error {
 	return errors.Join(errs...)
 }
 
+// removeUnwantedAddrs removes the link's addresses that are not owned.
+func (m *Manager) removeUnwantedAddrs(l netlink.Link) error {
+	want := map[string]bool{}
+	for _, ip := range m.cfg.OwnedIPs() {
+		want[ip.String()] = true
+	}
+	have, err := m.nl.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("list addresses of %q: %w", m.cfg.Interface, err)
+	}
+	var errs []error
+	for _, a := range have {
+		if want[a.IP.String()] {
+			continue
+		}
+		a := a
+		if err := m.nl.AddrDel(l, &a); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s from %q: %w", a.IPNet, m.cfg.Interface, err))
+			continue
+		}
+		m.log.Info("removed stale address", zap.String("interface", m.cfg.Interface), zap.Stringer("address", a.IPNet))
+	}
+	return errors.Join(errs...)
+}
+
 // deleteLink removes the link; a missing link is not an error.
 func (m *Manager) deleteLink() error {
 	l, err := m.nl.LinkByName(m.cfg.Interface)

@@ -151,6 +151,33 @@ func (m *Manager) Sync(ctx context.Context) error {
 	return err
 }
 
+// RemoveStale removes what an earlier instance left that this
+// configuration does not want: nodedns rules for other addresses or ports,
+// and other addresses on an existing interface (the whole interface in
+// ModeNodeIP). It installs nothing, so it is safe before the backend is
+// ready; what this configuration wants and finds in place stays, steering
+// queries to this frontend, which already listens.
+func (m *Manager) RemoveStale(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	if m.nl != nil {
+		if m.cfg.Mode == ModeNodeIP {
+			if err := m.deleteLink(); err != nil {
+				errs = append(errs, m.fail(opLink, err))
+			}
+		} else if l, err := m.nl.LinkByName(m.cfg.Interface); err == nil && (l.Type() == kindDummy || l.Type() == kindBridge) {
+			if err := m.removeUnwantedAddrs(l); err != nil {
+				errs = append(errs, m.fail(opAddr, err))
+			}
+		}
+	}
+	if err := m.reconcileRules(ctx, Rules(m.cfg), false); err != nil {
+		errs = append(errs, m.fail(opRules, err))
+	}
+	return errors.Join(errs...)
+}
+
 // Run calls Sync now and then every SyncInterval until ctx ends. Errors are
 // counted and logged by Sync; Run carries on.
 func (m *Manager) Run(ctx context.Context) {

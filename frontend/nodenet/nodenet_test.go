@@ -473,3 +473,30 @@ func TestParseRuleLine(t *testing.T) {
 		t.Error("policy line parsed as a rule")
 	}
 }
+
+func TestRemoveStale(t *testing.T) {
+	old := dualStack(t)
+	old.ServiceIPs = ips(t, "10.96.0.99")
+	r := newRig(t, old, nil)
+	ctx := context.Background()
+	if err := r.m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newRig(t, dualStack(t), r.nl)
+	r2.m.ipt = map[Family]IPTables{IPv4: r.v4, IPv6: r.v6}
+	if err := r2.m.RemoveStale(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The wanted rules and addresses stay, the stale ones go, and nothing
+	// is installed yet.
+	got := r.v4.comments("raw", "PREROUTING")
+	if len(got) != 2 || strings.Contains(strings.Join(got, " "), "10.96.0.99") {
+		t.Errorf("raw PREROUTING after RemoveStale = %q", got)
+	}
+	if got := r.nl.addrStrings("nodedns"); !slices.Equal(got, []string{"169.254.20.10/32", "fd00:10::10/128"}) {
+		t.Errorf("addresses after RemoveStale = %v", got)
+	}
+	if ok, _ := r2.m.Status(); ok {
+		t.Error("RemoveStale reported the network installed")
+	}
+}

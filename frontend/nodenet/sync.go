@@ -22,6 +22,12 @@ var managedChains = []struct{ table, chain string }{
 // wanted rules first, in order, and no other nodedns rule. want=nil
 // removes every nodedns rule.
 func (m *Manager) syncRules(ctx context.Context, want []Rule) error {
+	return m.reconcileRules(ctx, want, true)
+}
+
+// reconcileRules is syncRules; with install=false it only deletes the
+// nodedns rules that want lacks.
+func (m *Manager) reconcileRules(ctx context.Context, want []Rule, install bool) error {
 	by := map[chainKey][]Rule{}
 	for _, r := range want {
 		by[r.key()] = append(by[r.key()], r)
@@ -37,7 +43,7 @@ func (m *Manager) syncRules(ctx context.Context, want []Rule) error {
 				return err
 			}
 			k := chainKey{f, c.table, c.chain}
-			if err := m.syncChain(ipt, k, by[k]); err != nil {
+			if err := m.syncChain(ipt, k, by[k], install); err != nil {
 				errs = append(errs, fmt.Errorf("%s %s/%s: %w", f, c.table, c.chain, err))
 			}
 		}
@@ -60,7 +66,7 @@ func listRules(ipt IPTables, k chainKey) ([]string, error) {
 	return out, nil
 }
 
-func (m *Manager) syncChain(ipt IPTables, k chainKey, want []Rule) error {
+func (m *Manager) syncChain(ipt IPTables, k chainKey, want []Rule, install bool) error {
 	lines, err := listRules(ipt, k)
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
@@ -89,7 +95,7 @@ func (m *Manager) syncChain(ipt IPTables, k chainKey, want []Rule) error {
 		m.log.Info("removed stale rule", zap.Stringer("family", k.Family), zap.String("table", k.Table),
 			zap.String("chain", k.Chain), zap.String("rule", l))
 	}
-	if len(want) == 0 {
+	if len(want) == 0 || !install {
 		return errors.Join(errs...)
 	}
 	if removed > 0 {
