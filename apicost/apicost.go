@@ -244,6 +244,9 @@ func (s *study) bursts(ctx context.Context, rep *Report) error {
 	if err := add(s.measure(ctx, "kube-proxy watch set rollout", n, d, act, synced)); err != nil {
 		return err
 	}
+	if !s.cfg.RestartBaselines {
+		return nil
+	}
 	if err := s.backends.stopAll(); err != nil {
 		return err
 	}

@@ -120,8 +120,8 @@ func TestSmoke(t *testing.T) {
 	if both.Backends.Procs != 3 || both.Backends.RSS <= 0 {
 		t.Errorf("backends: %+v, want 3 processes with memory", both.Backends)
 	}
-	if len(rep.Bursts) != 5 {
-		t.Errorf("%d bursts, want 5 (nodedns rollout, restart, kube-proxy rollout, 2 restarts)", len(rep.Bursts))
+	if len(rep.Bursts) != 3 {
+		t.Errorf("%d bursts, want 3 (nodedns rollout, API server restart, kube-proxy rollout)", len(rep.Bursts))
 	}
 	for _, b := range rep.Bursts {
 		if b.APICPU <= 0 || b.APIPeakRSS <= 0 {

@@ -44,6 +44,10 @@ type Config struct {
 	// WatchList compares client-go's streaming lists on and off for the
 	// nodedns rollout and the relist after an API server restart.
 	WatchList bool
+	// RestartBaselines adds the API server restarts with only kube-proxy's
+	// watches and with none, which separate nodedns's relist from the API
+	// server's own start.
+	RestartBaselines bool
 	// Calibrate runs one real kube-proxy (nftables mode, in a network
 	// namespace; root) and one watch-set process, and compares the watches
 	// each opens.
@@ -68,6 +72,7 @@ func DefaultConfig() Config {
 		ReadyTimeout:        5 * time.Minute,
 		BackendBinary:       "bin/nodedns-backend",
 		WatchList:           true,
+		RestartBaselines:    true,
 		Calibrate:           true,
 	}
 }

@@ -55,6 +55,7 @@ func runStudy(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "bound on the wait for a fleet to sync")
 	fs.StringVar(&cfg.BackendBinary, "backend", cfg.BackendBinary, "nodedns-backend binary")
 	fs.BoolVar(&cfg.WatchList, "watchlist", cfg.WatchList, "compare client-go streaming lists off and on for the backends' rollout and relist")
+	fs.BoolVar(&cfg.RestartBaselines, "restart-baselines", cfg.RestartBaselines, "also restart the API server with only kube-proxy's watches and with none")
 	fs.BoolVar(&cfg.Calibrate, "calibrate", cfg.Calibrate, "compare the watches of one real kube-proxy with one kube-proxy-watch process (root)")
 	out := fs.String("out", "", "also write the tables to this file")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
