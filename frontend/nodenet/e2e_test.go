@@ -511,3 +511,11 @@ func TestE2EHotUpgrade(t *testing.T) {
 		t.Errorf("new instance /ready = %d %q", code, body)
 	}
 }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
