@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -383,6 +384,9 @@ func checkDNS(check, network, addr string, timeout time.Duration, fix string) Fi
 
 // describe says what a failed exchange means for an operator.
 func describe(network, addr string, err error) string {
+	if errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH) {
+		return fmt.Sprintf("%s %s: %v: the address is not on this node and no route leads to it", network, addr, err)
+	}
 	switch upstream.Reason(err) {
 	case upstream.ReasonRefused:
 		return fmt.Sprintf("%s %s: connection refused: nothing listens there", network, addr)

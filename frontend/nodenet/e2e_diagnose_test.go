@@ -83,7 +83,7 @@ func TestE2EDiagnose(t *testing.T) {
 		{"address removed", func(t *testing.T) ([]string, string, string) {
 			c.node.Run("ip", "addr", "del", clusterIP+"/32", "dev", "nodedns")
 			return nil, resolv, kubelet
-		}, []string{"[FAIL] interface nodedns:", "lacks 10.96.0.10"}},
+		}, []string{"[FAIL] interface nodedns:", "lacks 10.96.0.10", "[FAIL] listener udp 10.96.0.10:53:", "the address is not on this node"}},
 		{"port held by another process", func(t *testing.T) ([]string, string, string) {
 			var pc net.PacketConn
 			var ln net.Listener
