@@ -441,7 +441,7 @@ func TestFrontendArgs(t *testing.T) {
 				t.Errorf("%q: frontend command %q has %s", tc.values, fe, u)
 			}
 		}
-		if !slices.Contains(cs[1].Env, "GOMEMLIMIT=67108864") || !slices.Contains(cs[0].Env, "GOMEMLIMIT=178257920") {
+		if !slices.Contains(cs[1].Env, "GOMEMLIMIT=67108864") || !slices.Contains(cs[0].Env, "GOMEMLIMIT=268435456") {
 			t.Errorf("GOMEMLIMIT not the byte count of the limits: %q %q", cs[1].Env, cs[0].Env)
 		}
 	}
