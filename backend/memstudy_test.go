@@ -26,7 +26,7 @@ var (
 	memStudy      = flag.Bool("memstudy", false, "run TestMemoryStudy (backend RSS against cluster size; minutes)")
 	memStudySizes = flag.String("memstudy.sizes", "0,1000,5000,10000", "cluster sizes in Services, ascending")
 	memStudyEPs   = flag.Int("memstudy.endpoints", 5, "endpoints per Service (one EndpointSlice each)")
-	memStudyLimit = flag.String("memstudy.gomemlimit", "96MiB", "GOMEMLIMIT of the second backend")
+	memStudyLimit = flag.String("memstudy.gomemlimit", "128MiB", "GOMEMLIMIT of the second backend")
 )
 
 // memWorkers and memQPS let the study create 10,000 Services and their
