@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,4 +256,38 @@ func firstA(r *dns.Msg) string {
 		}
 	}
 	return ""
+}
+
+// TestLameduck checks that after SIGTERM the backend keeps answering DNS and
+// /health for the lameduck period, so the frontend can move misses away
+// before the sockets close.
+func TestLameduck(t *testing.T) {
+	var fwd atomic.Int64
+	up := fakeUpstream(t, &fwd)
+	b, env := backendPorts(t)
+	env = append(env, "NODEDNS_UPSTREAM="+up.Addr)
+	core := strings.Replace(smokeCorefile(t), "lameduck 100ms", "lameduck 2s", 1)
+	b.start(t, core, env, 20*time.Second)
+
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	r := dnstest.Exchange(t, "tcp", b.DNS, dnstest.Query("static.test.", dns.TypeA))
+	if got := firstA(r); got != "192.0.2.10" {
+		t.Errorf("during lameduck: answer %q", got)
+	}
+	if code, _, err := httpGet("http://" + b.Health + "/health"); err != nil || code != 200 {
+		t.Errorf("during lameduck: /health %d %v", code, err)
+	}
+	select {
+	case err := <-b.done:
+		b.done <- err
+		if d := time.Since(start); d < 1500*time.Millisecond {
+			t.Errorf("exited %v after SIGTERM, before the 2s lameduck", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Error("still running 15s after SIGTERM")
+	}
 }
