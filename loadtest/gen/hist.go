@@ -163,3 +163,13 @@ func HistogramFrom(bs []Bucket, minV, maxV, mean time.Duration) *Histogram {
 	h.sum = mean * time.Duration(h.n)
 	return h
 }
+
+// CountAbove returns how many values are certainly above d: those in
+// buckets whose smallest value is above d.
+func (h *Histogram) CountAbove(d time.Duration) uint64 {
+	var n uint64
+	for i := bucketOf(d) + 1; i < nBuckets; i++ {
+		n += h.counts[i]
+	}
+	return n
+}

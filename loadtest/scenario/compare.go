@@ -179,7 +179,7 @@ func Compare(ctx context.Context, e *Env, cfg Config, w io.Writer) (rep *Report,
 	for _, name := range cfg.Designs {
 		d, _ := DesignByName(name)
 		fmt.Fprintf(w, "== %s: %s\n", d.Name, d.Title)
-		t, err := e.startTrial(ctx, d, cfg, w)
+		t, err := e.startTrial(ctx, "node-"+d.Name, d, cfg, w)
 		if t != nil {
 			live = append(live, t)
 		}
@@ -247,9 +247,9 @@ func (t *trial) fail(err error) {
 }
 
 // startTrial builds the design's node, starts the design and warms it up.
-func (e *Env) startTrial(ctx context.Context, d Design, cfg Config, w io.Writer) (*trial, error) {
+func (e *Env) startTrial(ctx context.Context, node string, d Design, cfg Config, w io.Writer) (*trial, error) {
 	t := &trial{e: e, cfg: cfg, design: d, sum: Row{Design: d.Name, Title: d.Title}}
-	n, err := e.addNode(ctx, "node-"+d.Name)
+	n, err := e.addNode(ctx, node)
 	if err != nil {
 		return t, err
 	}

@@ -245,6 +245,9 @@ func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 	if err != nil {
 		return nil, fmt.Errorf("render the chart: %w", err)
 	}
+	if err := e.addFallbackEndpoint(ctx, n); err != nil {
+		return nil, err
+	}
 	r := &running{Nameserver: testbed.DNSServiceIP + ":53"}
 	defer func() {
 		if err != nil {

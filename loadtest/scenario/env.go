@@ -31,6 +31,8 @@ const (
 	UpstreamIP = "10.0.0.3"
 	// UpstreamServiceIP is NodeLocal DNSCache's kube-dns-upstream Service.
 	UpstreamServiceIP = "10.96.0.12"
+	// FallbackServiceIP is the chart's nodedns-fallback Service.
+	FallbackServiceIP = "10.96.0.11"
 	// LocalIP is the link-local address NodeLocal DNSCache and nodedns bind.
 	LocalIP = "169.254.20.10"
 	// NodeUplink is the node's interface toward other nodes; its transmit
@@ -169,6 +171,17 @@ func (e *Env) createObjects(ctx context.Context) error {
 			return err
 		}
 	}
+	// The chart's fallback Service: TCP 5301 of the nodedns backends; each
+	// nodedns node adds its endpoint (addFallbackEndpoint).
+	fb := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodedns-fallback", Namespace: "kube-system"},
+		Spec: corev1.ServiceSpec{ClusterIP: FallbackServiceIP, Ports: []corev1.ServicePort{
+			{Name: "dns-tcp", Port: 5301, Protocol: corev1.ProtocolTCP},
+		}},
+	}
+	if _, err := c.CoreV1().Services("kube-system").Create(ctx, fb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Service nodedns-fallback: %w", err)
+	}
 	for name, ip := range map[string]string{"kube-dns": testbed.DNSServiceIP, "kube-dns-upstream": UpstreamServiceIP} {
 		svc := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: map[string]string{"k8s-app": "kube-dns"}},
@@ -197,6 +210,25 @@ func (e *Env) createObjects(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// addFallbackEndpoint makes node's backend (:5301) an endpoint of the
+// nodedns-fallback Service, as the chart's selector would, and waits until
+// kube-proxy on the node has programmed it.
+func (e *Env) addFallbackEndpoint(ctx context.Context, n *simNode) error {
+	tcp, name, port := corev1.ProtocolTCP, "dns-tcp", int32(5301)
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodedns-fallback-" + n.Name, Namespace: "kube-system", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "nodedns-fallback", discoveryv1.LabelManagedBy: testbed.ManagedBy}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{testbedEndpoint(n.IP.String())},
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &tcp}},
+	}
+	if _, err := e.tb.Client().DiscoveryV1().EndpointSlices("kube-system").Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create EndpointSlice %s: %w", slice.Name, err)
+	}
+	_, err := n.kp.WaitForRules(ctx, n.IP.String()+":5301")
+	return err
 }
 
 func testbedEndpoint(ip string) discoveryv1.Endpoint {

@@ -23,6 +23,7 @@ type process struct {
 	Name    string
 	LogPath string
 	cmd     *exec.Cmd
+	start   func() (*process, error) // starts another process like this one
 	done    chan struct{}
 	err     error // set before done closes
 }
@@ -48,6 +49,7 @@ func startProcess(dir, name, netns string, env []string, argv ...string) (*proce
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p.start = func() (*process, error) { return startProcess(dir, name, "", env, argv...) }
 	go func() {
 		p.err = cmd.Wait()
 		f.Close()

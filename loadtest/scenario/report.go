@@ -99,7 +99,7 @@ func (r *Report) ratios() string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Ratios to nodedns in this run (other ÷ nodedns):\n\n| design | p50 | p99 | ct new | node+central CPU | pkts out | API-tier q |\n|---|--:|--:|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&b, "\nRatios to nodedns in this run (other ÷ nodedns):\n\n| design | p50 | p99 | ct new | node+central CPU | pkts out | API-tier q |\n|---|--:|--:|--:|--:|--:|--:|\n")
 	ratio := func(a, b float64) string {
 		if b == 0 {
 			if a == 0 {
