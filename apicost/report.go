@@ -51,7 +51,22 @@ var steadyMetrics = []struct {
 	{"kube-apiserver RSS", "MiB", func(r Result) float64 { return r.APIRSS }},
 	{"watch bytes sent", "KiB/s", func(r Result) float64 { return r.WatchBytes / 1024 / r.Seconds }},
 	{"watch events sent", "1/s", func(r Result) float64 { return r.WatchEvents / r.Seconds }},
+	// The churn is one goroutine updating one slice; on a loaded machine an
+	// update can take longer than the interval, so the rate varies between
+	// windows. Per update, the fan-out is comparable across windows.
+	{"watch bytes per endpoint update", "KiB", perUpdate(func(r Result) float64 { return r.WatchBytes / 1024 })},
+	{"watch events per endpoint update", "", perUpdate(func(r Result) float64 { return r.WatchEvents })},
 	{"open watches", "", func(r Result) float64 { return r.Watches }},
+}
+
+// perUpdate divides v by the window's endpoint updates (NaN without churn).
+func perUpdate(v func(Result) float64) func(Result) float64 {
+	return func(r Result) float64 {
+		if r.ChurnUpdates == 0 {
+			return math.NaN()
+		}
+		return v(r) / r.ChurnUpdates
+	}
 }
 
 // finish computes the fits: each set over its node counts plus the
@@ -62,9 +77,9 @@ func (rep *Report) finish() {
 		for _, set := range []string{SetProxy, SetBoth} {
 			var x, y []float64
 			for _, r := range rep.Steady {
-				if r.Label == set || r.Label == SetNone {
+				if v := m.value(r); (r.Label == set || r.Label == SetNone) && !math.IsNaN(v) {
 					x = append(x, float64(r.Nodes))
-					y = append(y, m.value(r))
+					y = append(y, v)
 				}
 			}
 			rep.Fits = append(rep.Fits, FitRow{Metric: m.name, Set: set, Unit: m.unit, Fit: fitLine(x, y)})
@@ -93,13 +108,21 @@ func (r Result) line() string {
 // writeSteady writes the steady-state table.
 func writeSteady(w io.Writer, rows []Result) {
 	fmt.Fprintf(w, "\n### Steady state (per window)\n\n")
-	fmt.Fprintf(w, "| nodes | watch set | window s | apiserver CPU cores | apiserver RSS MiB | open watches | watch events/s | watch KiB/s | endpoint updates/s | backends CPU cores (sum) | backend RSS MiB (sum / max) | kube-proxy-watch CPU cores (sum) | kube-proxy-watch RSS MiB (sum / max) |\n")
-	fmt.Fprintf(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "| nodes | watch set | window s | apiserver CPU cores | apiserver RSS MiB | open watches | watch events/s | watch KiB/s | endpoint updates/s | watch KiB per update | backends CPU cores (sum) | backend RSS MiB (sum / max) | kube-proxy-watch CPU cores (sum) | kube-proxy-watch RSS MiB (sum / max) |\n")
+	fmt.Fprintf(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %d | %s | %.0f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %s | %s | %s | %s |\n",
+		fmt.Fprintf(w, "| %d | %s | %.0f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s |\n",
 			r.Nodes, r.Label, r.Seconds, r.CPUCores(), r.APIRSS, r.Watches, r.WatchEvents/r.Seconds, r.WatchBytes/1024/r.Seconds,
-			r.ChurnUpdates/r.Seconds, cores(r.Backends, r.Seconds), mem(r.Backends), cores(r.ProxyWatch, r.Seconds), mem(r.ProxyWatch))
+			r.ChurnUpdates/r.Seconds, num(perUpdate(func(r Result) float64 { return r.WatchBytes / 1024 })(r)), cores(r.Backends, r.Seconds), mem(r.Backends), cores(r.ProxyWatch, r.Seconds), mem(r.ProxyWatch))
 	}
+}
+
+// num formats v, "-" for NaN.
+func num(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 func cores(u Usage, seconds float64) string {
@@ -125,7 +148,7 @@ func writeAdded(w io.Writer, rep *Report) {
 		return
 	}
 	fmt.Fprintf(w, "\n### What nodedns adds (kube-proxy + nodedns minus kube-proxy alone; ratio = added / kube-proxy's own cost over no agents)\n\n")
-	fmt.Fprintf(w, "| nodes | Δ apiserver CPU cores | ratio | Δ apiserver RSS MiB | ratio | Δ open watches | ratio | Δ watch KiB/s | ratio |\n")
+	fmt.Fprintf(w, "| nodes | Δ apiserver CPU cores | ratio | Δ apiserver RSS MiB | ratio | Δ open watches | ratio | Δ watch KiB per endpoint update | ratio |\n")
 	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range rep.Config.Nodes {
 		kp, ok1 := rep.steady(SetProxy, n)
@@ -138,7 +161,7 @@ func writeAdded(w io.Writer, rep *Report) {
 			func(r Result) float64 { return r.CPUCores() },
 			func(r Result) float64 { return r.APIRSS },
 			func(r Result) float64 { return r.Watches },
-			func(r Result) float64 { return r.WatchBytes / 1024 / r.Seconds },
+			perUpdate(func(r Result) float64 { return r.WatchBytes / 1024 }),
 		} {
 			added := m(both) - m(kp)
 			own := m(kp) - m(base)
