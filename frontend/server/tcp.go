@@ -59,8 +59,8 @@ type tcpConn struct {
 	pending sync.WaitGroup // misses whose answer is not written yet
 	npend   atomic.Int32
 	slots   chan struct{} // one per pending miss; bounds a connection's share
-	wmu     sync.Mutex // serialises writes: one message at a time
-	hdr     [2]byte    // length prefix, guarded by wmu
+	wmu     sync.Mutex    // serialises writes: one message at a time
+	hdr     [2]byte       // length prefix, guarded by wmu
 }
 
 func (c *tcpConn) serve() {
