@@ -55,11 +55,25 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	designs, nice := compareFlags(fs, &cfg)
+	from := fs.String("from", "", "write report.md and the plots again from this results.json into -out, without running anything")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("compare: unexpected arguments %q", fs.Args())
+	}
+	if *from != "" {
+		rep, err := scenario.ReadReport(*from)
+		if err != nil {
+			return err
+		}
+		path, err := rep.WriteFiles(cfg.OutDir)
+		if err != nil {
+			return err
+		}
+		rep.WriteTable(stdout)
+		fmt.Fprintf(stdout, "\nreport: %s\n", path)
+		return nil
 	}
 	var err error
 	if cfg.Designs, err = scenario.ParseDesigns(*designs); err != nil {

@@ -158,6 +158,8 @@ type Report struct {
 	Rows    []Row       `json:"rows"`
 	Dnsperf *Crosscheck `json:"dnsperf,omitempty"`
 	Chaos   []ChaosRow  `json:"chaos,omitempty"`
+	// Plots are the PNG files written beside the report.
+	Plots []string `json:"plots,omitempty"`
 }
 
 // Compare runs the comparison in env and returns the report; progress

@@ -13,6 +13,11 @@ import (
 // WriteFiles writes OUT/report.md and OUT/results.json and returns the
 // report's path.
 func (r *Report) WriteFiles(dir string) (string, error) {
+	plots, err := r.WritePlots(dir)
+	if err != nil {
+		return "", fmt.Errorf("plots: %w", err)
+	}
+	r.Plots = plots
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return "", err
@@ -24,6 +29,19 @@ func (r *Report) WriteFiles(dir string) (string, error) {
 	r.WriteMarkdown(&md)
 	path := filepath.Join(dir, "report.md")
 	return path, os.WriteFile(path, []byte(md.String()), 0o644)
+}
+
+// ReadReport reads a results.json.
+func ReadReport(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
 }
 
 // WriteMarkdown writes the report.
@@ -54,7 +72,14 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	}
 	if len(r.Chaos) > 0 {
 		fmt.Fprintf(w, "\n## Chaos under load\n\n")
+		fmt.Fprintf(w, "Each fault %v into a %v run at %d lookups/s, on a fresh node per design. `lost`: every attempt timed out; `failed`: error answer; `slow`: answered after more than %v.\n\n", chaosAt, r.Config.ChaosDuration, r.Config.Rate, slowAfter)
 		writeChaos(w, r.Chaos)
+	}
+	if len(r.Plots) > 0 {
+		fmt.Fprintf(w, "\n## Plots\n\n")
+		for _, p := range r.Plots {
+			fmt.Fprintf(w, "![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
+		}
 	}
 }
 
