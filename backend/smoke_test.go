@@ -199,7 +199,7 @@ func TestDefaultCorefile(t *testing.T) {
 		{"health", "health :9155 { lameduck 5s }"},
 		{"ready", "ready :8181"},
 		{"prometheus", "prometheus :9153"},
-		{"kubernetes", "kubernetes cluster.local in-addr.arpa ip6.arpa { pods insecure fallthrough in-addr.arpa ip6.arpa ttl 30 }"},
+		{"kubernetes", "kubernetes cluster.local in-addr.arpa ip6.arpa { pods insecure fallthrough in-addr.arpa ip6.arpa ttl 30 startup_timeout 60s }"},
 		{"forward", "forward . /etc/resolv.conf { max_concurrent 1000 }"},
 	} {
 		if got := text(0, c.dir); got != c.want {
