@@ -72,7 +72,11 @@ func (r *Report) WritePlots(dir string) ([]string, error) {
 	}
 	for _, exp := range order {
 		p := plot.New()
-		p.Title.Text = fmt.Sprintf("%s at %v: answered lookups/s (solid), lost+failed/s (dashed)", exp, chaosAt)
+		when := fmt.Sprintf("at %v", chaosAt)
+		if exp == "random-subdomain flood" {
+			when = "for the whole run"
+		}
+		p.Title.Text = fmt.Sprintf("%s %s: answered lookups/s (solid), lost+failed/s (dashed)", exp, when)
 		p.X.Label.Text = "second of the run"
 		p.Y.Label.Text = "lookups per second"
 		p.Add(plotter.NewGrid())
