@@ -21,8 +21,13 @@ var designColors = map[string]color.Color{
 
 // WritePlots writes latency-cdf.png and, with chaos rows, one
 // chaos-<experiment>.png each; it returns the file names.
-func (r *Report) WritePlots(dir string) ([]string, error) {
-	var files []string
+func (r *Report) WritePlots(dir string) (files []string, err error) {
+	defer func() {
+		// gonum/plot panics on degenerate data (an empty log axis).
+		if v := recover(); v != nil {
+			err = fmt.Errorf("plot: %v", v)
+		}
+	}()
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Lookup latency, %d lookups/s, mix %s", r.Config.Rate, r.Config.Mix)
 	p.X.Label.Text = "latency (ms, log scale)"
@@ -31,6 +36,7 @@ func (r *Report) WritePlots(dir string) ([]string, error) {
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Legend.Top, p.Legend.Left = false, false
 	p.Add(plotter.NewGrid())
+	lines := 0
 	for _, row := range r.Rows {
 		if row.Load == nil {
 			continue
@@ -52,12 +58,15 @@ func (r *Report) WritePlots(dir string) ([]string, error) {
 		l.Width = vg.Points(1.5)
 		p.Add(l)
 		p.Legend.Add(row.Design, l)
+		lines++
 	}
-	name := "latency-cdf.png"
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, name)); err != nil {
-		return files, err
+	if lines > 0 { // else no design was measured
+		name := "latency-cdf.png"
+		if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, name)); err != nil {
+			return files, err
+		}
+		files = append(files, name)
 	}
-	files = append(files, name)
 
 	var order []string
 	byExp := map[string][]ChaosRow{}

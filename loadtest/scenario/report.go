@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,10 +14,7 @@ import (
 // WriteFiles writes OUT/report.md and OUT/results.json and returns the
 // report's path.
 func (r *Report) WriteFiles(dir string) (string, error) {
-	plots, err := r.WritePlots(dir)
-	if err != nil {
-		return "", fmt.Errorf("plots: %w", err)
-	}
+	plots, plotErr := r.WritePlots(dir)
 	r.Plots = plots
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -28,7 +26,7 @@ func (r *Report) WriteFiles(dir string) (string, error) {
 	var md strings.Builder
 	r.WriteMarkdown(&md)
 	path := filepath.Join(dir, "report.md")
-	return path, os.WriteFile(path, []byte(md.String()), 0o644)
+	return path, errors.Join(os.WriteFile(path, []byte(md.String()), 0o644), plotErr)
 }
 
 // ReadReport reads a results.json.
