@@ -103,7 +103,9 @@ func (s *study) measure(ctx context.Context, label string, nodes int, d time.Dur
 		s.logf("%v (peak RSS from samples only)", err)
 	}
 
-	var peak float64
+	// Peak RSS by pid: after a restart only the new process's samples count
+	// (the old one may still hold the memory of an earlier burst).
+	peak := map[int]float64{}
 	var mu sync.Mutex
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -116,7 +118,7 @@ func (s *study) measure(ctx context.Context, label string, nodes int, d time.Dur
 			if pid := s.tb.APIServerPID(); pid != 0 {
 				if u, err := readProc(pid); err == nil {
 					mu.Lock()
-					peak = math.Max(peak, u.RSS)
+					peak[pid] = math.Max(peak[pid], u.RSS)
 					mu.Unlock()
 				}
 			}
@@ -170,7 +172,7 @@ func (s *study) measure(ctx context.Context, label string, nodes int, d time.Dur
 	r.Seconds = s1.at.Sub(s0.at).Seconds()
 	r.APICPU = s1.api.CPU - base0.api.CPU
 	r.APIRSS = s1.api.RSS
-	r.APIPeakRSS = math.Max(peak, s1.api.HWM)
+	r.APIPeakRSS = math.Max(peak[s1.apiPID], s1.api.HWM)
 	r.Watches, r.WatchesBy = s1.c.Watches, s1.c.WatchesBy
 	r.WatchEvents = s1.c.WatchEvents - base0.c.WatchEvents
 	r.WatchBytes = s1.c.WatchBytes - base0.c.WatchBytes
