@@ -200,7 +200,7 @@ func TestDefaultCorefile(t *testing.T) {
 		{"ready", "ready :8181"},
 		{"prometheus", "prometheus :9153"},
 		{"kubernetes", "kubernetes cluster.local in-addr.arpa ip6.arpa { pods insecure fallthrough in-addr.arpa ip6.arpa ttl 30 startup_timeout 60s }"},
-		{"forward", "forward . /etc/resolv.conf { max_concurrent 1000 }"},
+		{"forward", "forward . /etc/resolv.conf { max_concurrent 1000 prefer_udp }"},
 	} {
 		if got := text(0, c.dir); got != c.want {
 			t.Errorf("%s: %q, want %q", c.dir, got, c.want)
