@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/nodedns/nodedns/shared/netnstest"
 	"github.com/nodedns/nodedns/testbed"
 )
 
@@ -19,7 +20,7 @@ import (
 //	                                          └ testbed0 172.31.254.x ── control plane (API server)
 type simNode struct {
 	*testbed.Node
-	Pod    *netNS
+	Pod    netnstest.Namespace
 	PodIPs []netip.Addr
 	// Uplink is NodeUplink's address; the other node's end is Peer.
 	Uplink, Peer string
@@ -44,8 +45,8 @@ func (e *Env) addNode(ctx context.Context, name string) (_ *simNode, err error) 
 			err = errors.Join(err, s.Close())
 		}
 	}()
-	s.teardown = append(s.teardown, func() error { killNetnsProcs(tn.Netns); return nil })
-	if s.Pod, err = newNetNS(ctx, "nodedns-lt-pod"); err != nil {
+	s.teardown = append(s.teardown, func() error { inNetns(tn.Netns).KillProcs(); return nil })
+	if s.Pod, err = netnstest.Create(ctx, "nodedns-lt-pod"); err != nil {
 		return nil, err
 	}
 	s.teardown = append(s.teardown, s.Pod.Delete)

@@ -14,7 +14,7 @@ func queryIn(netns, server, name string, qtype uint16) (*dns.Msg, time.Duration,
 	m.SetQuestion(dns.Fqdn(name), qtype)
 	var r *dns.Msg
 	var rtt time.Duration
-	err := doInNetns(netns, func() (err error) {
+	err := inNetns(netns).Do(func() (err error) {
 		c := &dns.Client{Net: "udp", Timeout: 2 * time.Second}
 		r, rtt, err = c.Exchange(m, server)
 		return err

@@ -63,7 +63,7 @@ func startUpstream(netns, addr string) (*upstream, error) {
 	u := &upstream{}
 	var pc net.PacketConn
 	var ln net.Listener
-	err := doInNetns(netns, func() (err error) {
+	err := inNetns(netns).Do(func() (err error) {
 		if pc, err = net.ListenPacket("udp", net.JoinHostPort(addr, "53")); err != nil {
 			return err
 		}

@@ -2,7 +2,8 @@
 // and a "pod" joined by a veth pair, more nodes linked to it, and helpers
 // to run code or commands inside one. Every namespace has a unique name
 // and is deleted (with the processes the test started in it) when the test
-// ends, failed or not.
+// ends, failed or not. Namespace holds the same operations without a test,
+// returning errors, for programs such as the load test.
 package netnstest
 
 import (
@@ -10,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,50 +39,57 @@ func Require(t testing.TB, tools ...string) {
 	}
 }
 
-// NetNS is a named network namespace (/run/netns/<Name>).
-type NetNS struct {
+// Namespace is a named network namespace (/run/netns/<Name>) for code that
+// is not a test, such as the load test's scenarios: every operation returns
+// its error. NetNS wraps it for tests.
+type Namespace struct {
 	Name string
-	t    testing.TB
+}
+
+// Create creates a namespace named prefix-<random> with lo up. The caller
+// deletes it with Delete.
+func Create(ctx context.Context, prefix string) (Namespace, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return Namespace{}, err
+	}
+	n := Namespace{Name: prefix + "-" + hex.EncodeToString(b[:])}
+	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", n.Name).CombinedOutput(); err != nil {
+		return Namespace{}, fmt.Errorf("ip netns add %s: %w: %s", n.Name, err, out)
+	}
+	if _, err := n.Exec(ctx, "ip", "link", "set", "lo", "up"); err != nil {
+		return Namespace{}, errors.Join(err, n.Delete())
+	}
+	return n, nil
 }
 
 // Path is the namespace's bind mount.
-func (n *NetNS) Path() string { return "/run/netns/" + n.Name }
+func (n Namespace) Path() string { return "/run/netns/" + n.Name }
 
-// New creates a namespace named prefix-<random>, with lo up, and deletes it
-// when the test ends after killing every process still running in it.
-func New(t testing.TB, prefix string) *NetNS {
-	t.Helper()
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
+// Delete kills the processes left inside and deletes the namespace.
+func (n Namespace) Delete() error {
+	n.KillProcs()
+	if out, err := exec.Command("ip", "netns", "del", n.Name).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip netns del %s: %w: %s", n.Name, err, out)
 	}
-	n := &NetNS{Name: prefix + "-" + hex.EncodeToString(b[:]), t: t}
-	if out, err := exec.Command("ip", "netns", "add", n.Name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", n.Name, err, out)
-	}
-	t.Cleanup(func() { n.destroy() })
-	n.Run("ip", "link", "set", "lo", "up")
-	return n
+	return nil
 }
 
-// destroy kills the processes inside (only this test's: the namespace is
-// its own) and deletes the namespace.
-func (n *NetNS) destroy() {
+// KillProcs kills every process inside, except this one. Only the caller's
+// processes live in a namespace it created.
+func (n Namespace) KillProcs() {
 	for range 3 {
 		out, _ := exec.Command("ip", "netns", "pids", n.Name).Output()
 		pids := strings.Fields(string(out))
 		if len(pids) == 0 {
-			break
+			return
 		}
 		for _, p := range pids {
-			if pid, err := strconv.Atoi(p); err == nil {
+			if pid, err := strconv.Atoi(p); err == nil && pid != os.Getpid() {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-	if out, err := exec.Command("ip", "netns", "del", n.Name).CombinedOutput(); err != nil {
-		n.t.Errorf("ip netns del %s: %v: %s", n.Name, err, out)
 	}
 }
 
@@ -88,7 +97,7 @@ func (n *NetNS) destroy() {
 // handles and child processes created by fn belong to the namespace;
 // goroutines fn starts do not (they run on other threads). If the thread
 // cannot return to its original namespace it is discarded.
-func (n *NetNS) Do(fn func() error) error {
+func (n Namespace) Do(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -121,22 +130,52 @@ func (n *NetNS) Do(fn func() error) error {
 }
 
 // Command returns `ip netns exec <ns> name args...`.
-func (n *NetNS) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+func (n Namespace) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
 }
 
-// Exec runs a command in the namespace and returns its combined output.
-func (n *NetNS) Exec(name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// Exec runs a command in the namespace and returns its combined output; the
+// error carries the output too.
+func (n Namespace) Exec(ctx context.Context, name string, args ...string) (string, error) {
 	var out bytes.Buffer
 	cmd := n.Command(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if err != nil {
-		err = fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), n.Name, err, out.String())
+		err = fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), n.Name, err, strings.TrimSpace(out.String()))
 	}
 	return out.String(), err
+}
+
+// NetNS is a Namespace owned by a test.
+type NetNS struct {
+	Namespace
+	t testing.TB
+}
+
+// New creates a namespace named prefix-<random>, with lo up, and deletes it
+// when the test ends after killing every process still running in it.
+func New(t testing.TB, prefix string) *NetNS {
+	t.Helper()
+	ns, err := Create(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &NetNS{Namespace: ns, t: t}
+	t.Cleanup(func() {
+		if err := n.Delete(); err != nil {
+			t.Error(err)
+		}
+	})
+	return n
+}
+
+// Exec runs a command in the namespace, giving up after 30 seconds, and
+// returns its combined output.
+func (n *NetNS) Exec(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return n.Namespace.Exec(ctx, name, args...)
 }
 
 // Run is Exec that fails the test on error.
