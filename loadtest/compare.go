@@ -35,8 +35,16 @@ func compareFlags(fs *flag.FlagSet, cfg *scenario.Config) (designs *string, nice
 	return designs, nice
 }
 
-// prepare checks that the comparison can run and raises its priority.
-func prepare(cfg scenario.Config, nice int, stderr io.Writer, cmd string) error {
+// prepare sets cfg.Designs from the -designs list, validates cfg, checks
+// that the comparison can run and raises its priority.
+func prepare(cfg *scenario.Config, designs string, nice int, stderr io.Writer, cmd string) error {
+	var err error
+	if cfg.Designs, err = scenario.ParseDesigns(designs); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	if r := scenario.Unavailable(cfg.BinDir); r != "" {
 		fmt.Fprintf(stderr, "%s: %s\n", cmd, r)
 		return errUnavailable
@@ -47,6 +55,30 @@ func prepare(cfg scenario.Config, nice int, stderr io.Writer, cmd string) error 
 		}
 	}
 	return nil
+}
+
+// runDesigns starts the environment, runs fn in it with its progress going
+// to w, closes the environment and writes fn's report, a partial one too,
+// into cfg.OutDir. It returns the report with the path of report.md, or,
+// when the report could not be written, with an empty path.
+func runDesigns(ctx context.Context, cfg scenario.Config, w io.Writer, command string,
+	fn func(context.Context, *scenario.Env, scenario.Config, io.Writer) (*scenario.Report, error),
+) (*scenario.Report, string, error) {
+	env, err := scenario.StartEnv(ctx, scenario.Options{OutDir: cfg.OutDir, BinDir: cfg.BinDir, Pods: cfg.Pods, Logf: logf(w)})
+	if err != nil {
+		return nil, "", err
+	}
+	rep, runErr := fn(ctx, env, cfg, w)
+	closeErr := env.Close()
+	if rep == nil {
+		return nil, "", errors.Join(runErr, closeErr)
+	}
+	rep.Command = command
+	path, err := rep.WriteFiles(cfg.OutDir)
+	if err != nil {
+		return rep, "", errors.Join(runErr, closeErr, err)
+	}
+	return rep, path, errors.Join(runErr, closeErr)
 }
 
 // runCompare is `nodedns-loadtest compare`.
@@ -75,32 +107,15 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "\nreport: %s\n", path)
 		return nil
 	}
-	var err error
-	if cfg.Designs, err = scenario.ParseDesigns(*designs); err != nil {
+	if err := prepare(&cfg, *designs, *nice, stderr, "compare"); err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if err := prepare(cfg, *nice, stderr, "compare"); err != nil {
-		return err
-	}
-	env, err := scenario.StartEnv(ctx, scenario.Options{OutDir: cfg.OutDir, BinDir: cfg.BinDir, Pods: cfg.Pods, Logf: logf(stderr)})
-	if err != nil {
-		return err
-	}
-	rep, runErr := scenario.Compare(ctx, env, cfg, stderr)
-	closeErr := env.Close()
-	if rep != nil {
-		rep.Command = "nodedns-loadtest compare " + strings.Join(args, " ")
-		path, err := rep.WriteFiles(cfg.OutDir)
-		if err != nil {
-			return errors.Join(runErr, closeErr, err)
-		}
+	rep, path, err := runDesigns(ctx, cfg, stderr, "nodedns-loadtest compare "+strings.Join(args, " "), scenario.Compare)
+	if path != "" {
 		rep.WriteTable(stdout)
 		fmt.Fprintf(stdout, "\nreport: %s\n", path)
 	}
-	return errors.Join(runErr, closeErr)
+	return err
 }
 
 func logf(w io.Writer) func(string, ...any) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,33 +25,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if fs.NArg() > 0 {
 		return fmt.Errorf("demo: unexpected arguments %q", fs.Args())
 	}
-	var err error
-	if cfg.Designs, err = scenario.ParseDesigns(*designs); err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if err := prepare(cfg, *nice, stderr, "demo"); err != nil {
+	if err := prepare(&cfg, *designs, *nice, stderr, "demo"); err != nil {
 		return err
 	}
 	start := time.Now()
-	env, err := scenario.StartEnv(ctx, scenario.Options{OutDir: cfg.OutDir, BinDir: cfg.BinDir, Pods: cfg.Pods, Logf: logf(stdout)})
-	if err != nil {
-		return err
+	rep, path, err := runDesigns(ctx, cfg, stdout, "nodedns-loadtest demo "+strings.Join(args, " "), scenario.Demo)
+	if rep != nil && path == "" {
+		return err // the report could not be written: no summary
 	}
-	rep, runErr := scenario.Demo(ctx, env, cfg, stdout)
-	closeErr := env.Close()
 	if rep != nil {
-		rep.Command = "nodedns-loadtest demo " + strings.Join(args, " ")
-		path, err := rep.WriteFiles(cfg.OutDir)
-		if err != nil {
-			return errors.Join(runErr, closeErr, err)
-		}
 		fmt.Fprintln(stdout)
 		rep.WriteTable(stdout)
 		fmt.Fprintf(stdout, "\nreport: %s (JSON: results.json beside it; logs in %s)\n", path, cfg.OutDir)
 	}
 	fmt.Fprintf(stdout, "demo took %v; every process and namespace it started is gone\n", time.Since(start).Round(time.Second))
-	return errors.Join(runErr, closeErr)
+	return err
 }
