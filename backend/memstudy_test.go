@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -12,9 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -29,12 +26,9 @@ var (
 	memStudyLimit = flag.String("memstudy.gomemlimit", "128MiB", "GOMEMLIMIT of the second backend")
 )
 
-// memWorkers and memQPS let the study create 10,000 Services and their
-// slices in a couple of minutes against one API server on two cores.
-const (
-	memWorkers = 16
-	memQPS     = 1000
-)
+// memQPS lets the study create 10,000 Services and their slices in a couple
+// of minutes against one API server on two cores.
+const memQPS = 1000
 
 // TestMemoryStudy prints the memory of two backends, one without and one
 // with GOMEMLIMIT, against cluster size, after an API server restart, and
@@ -124,7 +118,7 @@ func TestMemoryStudy(t *testing.T) {
 	have := 0
 	for _, n := range sizes {
 		start := time.Now()
-		if err := createServices(ctx, client, ns, have, n, *memStudyEPs); err != nil {
+		if err := testbed.CreateServices(ctx, client, ns, have, n, *memStudyEPs); err != nil {
 			t.Fatalf("create services %d..%d: %v", have, n, err)
 		}
 		if n > 0 {
@@ -142,7 +136,7 @@ func TestMemoryStudy(t *testing.T) {
 		t.Fatalf("restart API server: %v", err)
 	}
 	// A Service created after the restart shows that the watches resumed.
-	if err := createServices(ctx, client, ns, have, have+1, *memStudyEPs); err != nil {
+	if err := testbed.CreateServices(ctx, client, ns, have, have+1, *memStudyEPs); err != nil {
 		t.Fatal(err)
 	}
 	have++
@@ -175,56 +169,12 @@ func TestMemoryStudy(t *testing.T) {
 	fmt.Print(out.String())
 }
 
-// createServices creates Services svc-<from>..svc-<to-1> in ns, each a
-// ClusterIP Service with one EndpointSlice of eps ready endpoints.
-func createServices(ctx context.Context, c kubernetes.Interface, ns string, from, to, eps int) error {
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(memWorkers)
-	for i := from; i < to; i++ {
-		g.Go(func() error {
-			name := fmt.Sprintf("svc-%d", i)
-			svc := &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-			}
-			if _, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("create service %s: %w", name, err)
-			}
-			var endpoints []discoveryv1.Endpoint
-			for j := range eps {
-				endpoints = append(endpoints, ep(endpointIP(i, j, eps).String(), "", true))
-			}
-			slice := &discoveryv1.EndpointSlice{
-				ObjectMeta: metav1.ObjectMeta{
-					Name:      name + "-1",
-					Namespace: ns,
-					Labels:    map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "nodedns-test"},
-				},
-				AddressType: discoveryv1.AddressTypeIPv4,
-				Endpoints:   endpoints,
-				Ports:       []discoveryv1.EndpointPort{port("http", 8080, corev1.ProtocolTCP)},
-			}
-			if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("create endpointslice %s: %w", slice.Name, err)
-			}
-			return nil
-		})
-	}
-	return g.Wait()
-}
-
-// endpointIP numbers endpoints from 10.128.0.0 up.
-func endpointIP(service, j, eps int) netip.Addr {
-	n := uint32(10<<24|128<<16) + uint32(service*eps+j)
-	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
-}
-
 // waitForEndpoint waits until the backend answers the PTR of the last
 // endpoint of Service svc-<i>, which the kubernetes plugin knows only once
 // both the Service and its slice arrived.
 func waitForEndpoint(t testing.TB, addr string, i, eps int, ns string) {
 	t.Helper()
-	rev, _ := dns.ReverseAddr(endpointIP(i, eps-1, eps).String())
+	rev, _ := dns.ReverseAddr(testbed.ServiceEndpointIP(i, eps-1, eps).String())
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		c := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
