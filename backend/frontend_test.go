@@ -5,9 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodedns/nodedns/shared/proctest"
 )
 
 // startFrontend runs nodedns-frontend on loopback, without touching the
@@ -34,37 +35,19 @@ func startFrontend(t testing.TB, b *backend) string {
 		"--health="+health,
 		"--backend-ready-url=http://"+b.Ready+"/ready",
 	)
-	log := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nodedns-frontend: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("nodedns-frontend output:\n%s", log.String())
-		}
-	})
+	fe := proctest.Start(t, "nodedns-frontend", cmd)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
-		case err := <-done:
-			t.Fatalf("nodedns-frontend exited: %v\n%s", err, log.String())
+		case <-fe.Done():
+			t.Fatalf("nodedns-frontend exited: %v\n%s", fe.Err(), fe.Output.String())
 		default:
 		}
 		if code, _, err := httpGet("http://" + health + "/ready"); err == nil && code == 200 {
 			return dnsAddr
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nodedns-frontend not ready after 20s\n%s", log.String())
+			t.Fatalf("nodedns-frontend not ready after 20s\n%s", fe.Output.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

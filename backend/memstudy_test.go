@@ -90,7 +90,7 @@ func TestMemoryStudy(t *testing.T) {
 	measure := func(label string, services int, took time.Duration, settle time.Duration) {
 		time.Sleep(settle)
 		for _, v := range variants {
-			rss, hwm, anon := procMemory(t, v.b.cmd.Process.Pid)
+			rss, hwm, anon := procMemory(t, v.b.proc.Cmd.Process.Pid)
 			_, text, err := httpGet("http://" + v.b.Metrics + "/metrics")
 			if err != nil {
 				t.Fatal(err)

@@ -10,10 +10,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodedns/nodedns/shared/proctest"
 )
 
 // runBackendEnv makes the test binary act as nodedns-backend (TestMain): the
@@ -41,11 +41,9 @@ func backendCommand(ctx context.Context, args ...string) *exec.Cmd {
 
 // backend is a running nodedns-backend process.
 type backend struct {
-	DNS, Fallback          string // host:port, UDP and TCP
-	Health, Ready, Metrics string // host:port, HTTP
-	cmd                    *exec.Cmd
-	log                    *syncBuffer
-	done                   chan error // receives Wait's result
+	DNS, Fallback          string            // host:port, UDP and TCP
+	Health, Ready, Metrics string            // host:port, HTTP
+	proc                   *proctest.Process // nil until started
 }
 
 // backendPorts picks free loopback ports for the listeners of one backend
@@ -81,43 +79,22 @@ func (b *backend) start(t testing.TB, corefile string, env []string, ready time.
 	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b.cmd = backendCommand(context.Background(), "-conf", conf)
-	if b.cmd.Env == nil {
-		b.cmd.Env = os.Environ()
+	cmd := backendCommand(context.Background(), "-conf", conf)
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
 	}
-	b.cmd.Env = append(b.cmd.Env, env...)
-	b.log = &syncBuffer{}
-	b.cmd.Stdout = b.log
-	b.cmd.Stderr = b.log
-	if err := b.cmd.Start(); err != nil {
-		t.Fatalf("start backend: %v", err)
-	}
-	b.done = make(chan error, 1)
-	go func() { b.done <- b.cmd.Wait() }()
-	t.Cleanup(func() {
-		b.stop()
-		if t.Failed() {
-			t.Logf("backend output:\n%s", b.log.String())
-		}
-	})
+	cmd.Env = append(cmd.Env, env...)
+	b.proc = proctest.Start(t, "backend", cmd)
 	if err := b.waitReady(ready); err != nil {
-		t.Fatalf("backend not ready: %v\noutput:\n%s", err, b.log.String())
+		t.Fatalf("backend not ready: %v\noutput:\n%s", err, b.proc.Output.String())
 	}
 }
 
 // stop sends SIGTERM and waits; lameduck is part of the wait.
 func (b *backend) stop() {
-	if b.cmd == nil || b.cmd.Process == nil {
-		return
+	if b.proc != nil {
+		b.proc.Stop()
 	}
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-b.done:
-	case <-time.After(15 * time.Second):
-		_ = b.cmd.Process.Kill()
-		<-b.done
-	}
-	b.cmd = nil
 }
 
 func (b *backend) waitReady(timeout time.Duration) error {
@@ -125,16 +102,15 @@ func (b *backend) waitReady(timeout time.Duration) error {
 	url := "http://" + b.Ready + "/ready"
 	for {
 		select {
-		case err := <-b.done:
-			b.done <- err
-			return fmt.Errorf("backend exited: %v", err)
+		case <-b.proc.Done():
+			return fmt.Errorf("backend exited: %v", b.proc.Err())
 		default:
 		}
 		// CoreDNS starts the ready listener, and waits for the kubernetes
 		// plugin's sync, before it binds the DNS sockets: /ready can say
 		// 200 a moment before queries are answered. Wait for both.
 		code, _, err := httpGet(url)
-		if err == nil && code == http.StatusOK && dnsListening(b.DNS) && dnsListening(b.Fallback) {
+		if err == nil && code == http.StatusOK && proctest.Listening(b.DNS) && proctest.Listening(b.Fallback) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -142,16 +118,6 @@ func (b *backend) waitReady(timeout time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// dnsListening reports whether addr accepts TCP connections.
-func dnsListening(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
 }
 
 func httpGet(url string) (int, string, error) {
@@ -188,24 +154,6 @@ func freeAddr(t testing.TB) string {
 	}
 	t.Fatal("no free port")
 	return ""
-}
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // metricValue returns the value of the first sample of name in a Prometheus

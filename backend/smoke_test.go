@@ -269,7 +269,7 @@ func TestLameduck(t *testing.T) {
 	core := strings.Replace(smokeCorefile(t), "lameduck 100ms", "lameduck 2s", 1)
 	b.start(t, core, env, 20*time.Second)
 
-	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := b.proc.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -282,8 +282,7 @@ func TestLameduck(t *testing.T) {
 		t.Errorf("during lameduck: /health %d %v", code, err)
 	}
 	select {
-	case err := <-b.done:
-		b.done <- err
+	case <-b.proc.Done():
 		if d := time.Since(start); d < 1500*time.Millisecond {
 			t.Errorf("exited %v after SIGTERM, before the 2s lameduck", d)
 		}

@@ -1,7 +1,6 @@
 package helm
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -10,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/shared/proctest"
 )
 
 // backendBinary returns nodedns-backend: $NODEDNS_BACKEND_BIN, or the
@@ -36,23 +35,6 @@ func freePort(t *testing.T) string {
 	}
 	defer l.Close()
 	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // runChartBackend starts nodedns-backend as the chart configures it: the
@@ -115,31 +97,13 @@ func runChartBackend(t *testing.T, ctx context.Context, kubeconfig string) strin
 	}
 	cmd := exec.CommandContext(ctx, backendBinary(t), args...)
 	cmd.Env = env
-	var log lockedBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("backend log:\n%s", log.String())
-		}
-	})
+	proctest.Start(t, "backend", cmd)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get("http://127.0.0.1:" + ready + "/ready")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && dnsListening("127.0.0.1:"+port) {
+			if resp.StatusCode == http.StatusOK && proctest.Listening("127.0.0.1:"+port) {
 				return "127.0.0.1:" + port
 			}
 		}
@@ -148,17 +112,6 @@ func runChartBackend(t *testing.T, ctx context.Context, kubeconfig string) strin
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// dnsListening reports whether addr accepts TCP: the ready plugin can
-// answer a moment before the DNS listeners are open.
-func dnsListening(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
 }
 
 // lookupA asks addr over TCP (as the frontend does) for name's A records.
