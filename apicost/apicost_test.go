@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"os/signal"
@@ -42,7 +43,7 @@ func TestMain(m *testing.M) {
 // smokeUnavailable says why the smoke test cannot run here, or "".
 func smokeUnavailable() (backend, reason string) {
 	if os.Geteuid() != 0 {
-		return "", "reads and resets kube-apiserver's /proc/<pid>/clear_refs and runs a fleet of processes: run as root"
+		return "", fmt.Sprintf("needs root (running as uid %d): the study resets kube-apiserver's peak RSS through /proc/<pid>/clear_refs, as the measurement requires", os.Geteuid())
 	}
 	if r := testbed.Unavailable(); r != "" {
 		return "", r
