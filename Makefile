@@ -10,7 +10,7 @@ export CGO_ENABLED := 0
 # client-go, Helm) without it, to keep the suite's time and memory in bounds.
 RACE_PKGS := ./frontend/... ./shared/...
 
-.PHONY: help build test test-unit test-race bench demo testbed tools images fuzz clean
+.PHONY: help build test bench demo testbed tools images fuzz clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_.-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
