@@ -300,18 +300,18 @@ func (s *study) calibrate(ctx context.Context, dir string, rep *Report) error {
 	// The watch-set process runs in the host namespace; node.Kubeconfig
 	// points at NodeURL, which only node namespaces reach.
 	argv = append([]string{"ip", "netns", "exec", node.Netns}, argv...)
-	p, err := startProc(dir, "calibration-kube-proxy-watch", argv, s.cfg.WatchEnv)
+	p, err := testbed.StartProcess(dir, "calibration-kube-proxy-watch", argv, s.cfg.WatchEnv)
 	if err != nil {
 		return err
 	}
-	defer p.stop()
+	defer p.Stop()
 	deadline := time.Now().Add(s.cfg.ReadyTimeout)
 	for {
 		if _, err := os.Stat(synced); err == nil {
 			break
 		}
-		if done, perr := p.exited(); done || time.Now().After(deadline) {
-			return fmt.Errorf("calibration watch-set process not synced (exited %v: %v)\n%s", done, perr, p.logTail())
+		if done, perr := p.Exited(); done || time.Now().After(deadline) {
+			return fmt.Errorf("calibration watch-set process not synced (exited %v: %v)\n%s", done, perr, p.LogTail())
 		}
 		if err := sleep(ctx, readyPoll); err != nil {
 			return err

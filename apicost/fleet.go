@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/nodedns/nodedns/testbed"
 )
 
 // kind is what an agent process runs.
@@ -31,7 +33,7 @@ const readyPoll = 250 * time.Millisecond
 // agent is one simulated node's process.
 type agent struct {
 	node  string
-	proc  *proc
+	proc  *testbed.Process
 	ready func() bool // true once its caches synced
 }
 
@@ -76,8 +78,8 @@ func (f *fleet) waitSynced(ctx context.Context, agents []*agent, timeout time.Du
 	for len(pending) > 0 {
 		rest := pending[:0]
 		for _, a := range pending {
-			if done, err := a.proc.exited(); done {
-				return fmt.Errorf("%s of %s exited: %v\n%s", f.kind, a.node, err, a.proc.logTail())
+			if done, err := a.proc.Exited(); done {
+				return fmt.Errorf("%s of %s exited: %v\n%s", f.kind, a.node, err, a.proc.LogTail())
 			}
 			if !a.ready() {
 				rest = append(rest, a)
@@ -89,7 +91,7 @@ func (f *fleet) waitSynced(ctx context.Context, agents []*agent, timeout time.Du
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d %s processes not synced: %w\n%s", len(pending), f.kind, ctx.Err(), pending[0].proc.logTail())
+			return fmt.Errorf("%d %s processes not synced: %w\n%s", len(pending), f.kind, ctx.Err(), pending[0].proc.LogTail())
 		case <-t.C:
 		}
 	}
@@ -105,7 +107,7 @@ func (f *fleet) stopAll() error {
 	f.mu.Unlock()
 	var g errgroup.Group
 	for _, a := range agents {
-		g.Go(a.proc.stop)
+		g.Go(a.proc.Stop)
 	}
 	return g.Wait()
 }
@@ -140,7 +142,7 @@ func (f *fleet) pids() []int {
 	defer f.mu.Unlock()
 	pids := make([]int, len(f.agents))
 	for i, a := range f.agents {
-		pids[i] = a.proc.pid()
+		pids[i] = a.proc.PID()
 	}
 	return pids
 }
@@ -191,7 +193,7 @@ func backendFleet(dir, binary, kubeconfig string, watchList *bool) *fleet {
 			return nil, fmt.Errorf("write Corefile: %w", err)
 		}
 		env := []string{"KUBE_FEATURE_WatchListClient=" + strconv.FormatBool(*watchList)}
-		p, err := startProc(dir, name, []string{binary, "-conf", conf, "-quiet"}, env)
+		p, err := testbed.StartProcess(dir, name, []string{binary, "-conf", conf, "-quiet"}, env)
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +221,7 @@ func proxyWatchFleet(dir string, command, env []string, kubeconfig string) *flee
 		synced := filepath.Join(dir, name+".synced")
 		argv := append(append([]string(nil), command...),
 			"--kubeconfig="+kubeconfig, "--node="+node, "--synced-file="+synced)
-		p, err := startProc(dir, name, argv, env)
+		p, err := testbed.StartProcess(dir, name, argv, env)
 		if err != nil {
 			return nil, err
 		}

@@ -61,7 +61,7 @@ func (tb *Testbed) startEtcd(ctx context.Context, etcdPath string) (string, erro
 	}
 	clientURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-	p, err := startProcess(tb.Dir, "etcd", []string{
+	p, err := StartProcess(tb.Dir, "etcd", []string{
 		etcdPath,
 		"--name=testbed",
 		"--data-dir=" + dir,
@@ -73,7 +73,7 @@ func (tb *Testbed) startEtcd(ctx context.Context, etcdPath string) (string, erro
 		"--initial-cluster-state=new",
 		"--logger=zap",
 		"--log-level=warn",
-	})
+	}, nil)
 	if err != nil {
 		return "", err
 	}
@@ -96,7 +96,7 @@ func (tb *Testbed) startEtcd(ctx context.Context, etcdPath string) (string, erro
 		return resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"true"`), nil
 	}
 	if err := poll(ctx, p, "etcd /health", healthy); err != nil {
-		return "", fmt.Errorf("%w\n%s", err, p.logTail())
+		return "", fmt.Errorf("%w\n%s", err, p.LogTail())
 	}
 	return clientURL, nil
 }

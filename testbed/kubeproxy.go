@@ -26,7 +26,7 @@ type KubeProxy struct {
 	// LogPath is its log file, kube-proxy-<node>.log in the testbed dir.
 	LogPath string
 
-	proc *process
+	proc *Process
 }
 
 // StartKubeProxy runs the real kube-proxy in node's network namespace, as
@@ -55,7 +55,7 @@ func (tb *Testbed) StartKubeProxy(ctx context.Context, node *Node, mode ProxyMod
 		"--v=2",
 	}
 	argv = append(argv, extraArgs...)
-	p, err := startProcess(tb.Dir, "kube-proxy-"+fileSafe(node.Name), argv)
+	p, err := StartProcess(tb.Dir, "kube-proxy-"+fileSafe(node.Name), argv, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -67,17 +67,17 @@ func (tb *Testbed) StartKubeProxy(ctx context.Context, node *Node, mode ProxyMod
 	}
 	tb.mu.Unlock()
 	if stopped {
-		return nil, errors.Join(errors.New("start kube-proxy: testbed stopped"), p.stop())
+		return nil, errors.Join(errors.New("start kube-proxy: testbed stopped"), p.Stop())
 	}
 	return kp, nil
 }
 
 // PID returns the process id of kube-proxy (of `ip netns exec`, which
 // executes kube-proxy in place).
-func (kp *KubeProxy) PID() int { return kp.proc.pid() }
+func (kp *KubeProxy) PID() int { return kp.proc.PID() }
 
 // Stop stops kube-proxy. Safe to call more than once.
-func (kp *KubeProxy) Stop() error { return kp.proc.stop() }
+func (kp *KubeProxy) Stop() error { return kp.proc.Stop() }
 
 // Rules returns the node namespace's ruleset in the form of kp's mode:
 // `iptables-save` for iptables, `nft list ruleset` for nftables.
@@ -122,12 +122,12 @@ func (kp *KubeProxy) WaitForRules(ctx context.Context, substrings ...string) (st
 		if ok {
 			return rules, nil
 		}
-		if done, perr := kp.proc.exited(); done {
-			return rules, fmt.Errorf("kube-proxy on %s exited: %v\n%s", kp.Node.Name, perr, kp.proc.logTail())
+		if done, perr := kp.proc.Exited(); done {
+			return rules, fmt.Errorf("kube-proxy on %s exited: %v\n%s", kp.Node.Name, perr, kp.proc.LogTail())
 		}
 		select {
 		case <-ctx.Done():
-			return rules, fmt.Errorf("wait for kube-proxy (%s) rules %q: %w\n%s", kp.Mode, substrings, ctx.Err(), kp.proc.logTail())
+			return rules, fmt.Errorf("wait for kube-proxy (%s) rules %q: %w\n%s", kp.Mode, substrings, ctx.Err(), kp.proc.LogTail())
 		case <-t.C:
 		}
 	}

@@ -14,9 +14,10 @@ import (
 // kube-apiserver drains in a few seconds; etcd exits at once.
 const stopGrace = 10 * time.Second
 
-// process is one child (etcd, kube-apiserver, kube-proxy) whose stdout and
-// stderr go to <dir>/<name>.log.
-type process struct {
+// Process is a child process (etcd, kube-apiserver, kube-proxy, or a
+// study's agents) in its own process group, whose stdout and stderr go to
+// <dir>/<name>.log.
+type Process struct {
 	name    string
 	logPath string
 	cmd     *exec.Cmd
@@ -24,9 +25,10 @@ type process struct {
 	err     error         // exit status; valid after done is closed
 }
 
-// startProcess starts argv in its own process group. The child is killed
-// when the starting thread dies, so a crashed test leaves nothing behind.
-func startProcess(dir, name string, argv []string) (*process, error) {
+// StartProcess starts argv in dir, in its own process group, with env added
+// to this process's environment. The child is killed when the starting
+// thread dies, so a crashed test leaves nothing behind.
+func StartProcess(dir, name string, argv, env []string) (*Process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -36,6 +38,9 @@ func startProcess(dir, name string, argv []string) (*process, error) {
 	fmt.Fprintf(f, "=== %s: %q\n", time.Now().Format(time.RFC3339Nano), argv)
 
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.Dir = dir
@@ -43,7 +48,7 @@ func startProcess(dir, name string, argv []string) (*process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -51,11 +56,11 @@ func startProcess(dir, name string, argv []string) (*process, error) {
 	return p, nil
 }
 
-// pid returns the process id of the running child.
-func (p *process) pid() int { return p.cmd.Process.Pid }
+// PID returns the process id of the child.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
 
-// exited reports whether the process has exited, with its status.
-func (p *process) exited() (bool, error) {
+// Exited reports whether the process has exited, with its status.
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
 		return true, p.err
@@ -64,10 +69,10 @@ func (p *process) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM to the process group, then SIGKILL after stopGrace, and
+// Stop sends SIGTERM to the process group, then SIGKILL after stopGrace, and
 // waits until the process is reaped. Safe to call more than once.
-func (p *process) stop() error {
-	if done, _ := p.exited(); done {
+func (p *Process) Stop() error {
+	if done, _ := p.Exited(); done {
 		return nil
 	}
 	pgid := p.cmd.Process.Pid
@@ -88,8 +93,8 @@ func (p *process) stop() error {
 	return nil
 }
 
-// logTail returns the end of the process log, for error messages.
-func (p *process) logTail() string {
+// LogTail returns the end of the process log, for error messages.
+func (p *Process) LogTail() string {
 	b, err := os.ReadFile(p.logPath)
 	if err != nil {
 		return fmt.Sprintf("(read %s: %v)", p.logPath, err)

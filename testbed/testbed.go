@@ -89,8 +89,8 @@ type Testbed struct {
 	client     kubernetes.Interface
 
 	mu        sync.Mutex // guards the fields below
-	etcd      *process
-	apiserver *process
+	etcd      *Process
+	apiserver *Process
 	network   *network     // created by the first AddNode
 	proxies   []*KubeProxy // in start order
 	stopped   bool
@@ -194,7 +194,7 @@ func (tb *Testbed) APIServerPID() int {
 	if tb.apiserver == nil {
 		return 0
 	}
-	return tb.apiserver.pid()
+	return tb.apiserver.PID()
 }
 
 // Metrics returns kube-apiserver's /metrics in the Prometheus text format.
@@ -220,7 +220,7 @@ func (tb *Testbed) RestartAPIServer(ctx context.Context) error {
 		return errors.New("restart kube-apiserver: testbed stopped")
 	}
 	if p != nil {
-		if err := p.stop(); err != nil {
+		if err := p.Stop(); err != nil {
 			return fmt.Errorf("restart kube-apiserver: %w", err)
 		}
 	}
@@ -230,7 +230,7 @@ func (tb *Testbed) RestartAPIServer(ctx context.Context) error {
 // LogTails returns the end of every process log, for failure reports.
 func (tb *Testbed) LogTails() string {
 	tb.mu.Lock()
-	procs := []*process{tb.etcd, tb.apiserver}
+	procs := []*Process{tb.etcd, tb.apiserver}
 	for _, kp := range tb.proxies {
 		procs = append(procs, kp.proc)
 	}
@@ -238,7 +238,7 @@ func (tb *Testbed) LogTails() string {
 	var s string
 	for _, p := range procs {
 		if p != nil {
-			s += p.logTail() + "\n"
+			s += p.LogTail() + "\n"
 		}
 	}
 	return s
@@ -259,16 +259,16 @@ func (tb *Testbed) Stop() error {
 
 	var errs []error
 	for _, kp := range proxies {
-		errs = append(errs, kp.proc.stop())
+		errs = append(errs, kp.proc.Stop())
 	}
 	if nw != nil {
 		errs = append(errs, nw.close())
 	}
 	if api != nil {
-		errs = append(errs, api.stop())
+		errs = append(errs, api.Stop())
 	}
 	if etcd != nil {
-		errs = append(errs, etcd.stop())
+		errs = append(errs, etcd.Stop())
 	}
 	if tb.etcdData != "" {
 		errs = append(errs, os.RemoveAll(tb.etcdData))
@@ -284,7 +284,7 @@ func (tb *Testbed) Stop() error {
 
 // startAPIServer starts kube-apiserver with tb.apiArgs and waits for it.
 func (tb *Testbed) startAPIServer(ctx context.Context) error {
-	p, err := startProcess(tb.Dir, "kube-apiserver", tb.apiArgs)
+	p, err := StartProcess(tb.Dir, "kube-apiserver", tb.apiArgs, nil)
 	if err != nil {
 		return err
 	}
@@ -293,17 +293,17 @@ func (tb *Testbed) startAPIServer(ctx context.Context) error {
 	stopped := tb.stopped
 	tb.mu.Unlock()
 	if stopped { // Stop ran meanwhile and did not see p
-		return errors.Join(errors.New("start kube-apiserver: testbed stopped"), p.stop())
+		return errors.Join(errors.New("start kube-apiserver: testbed stopped"), p.Stop())
 	}
 	if err := tb.waitReady(ctx, p); err != nil {
-		return fmt.Errorf("%w\n%s", err, p.logTail())
+		return fmt.Errorf("%w\n%s", err, p.LogTail())
 	}
 	return nil
 }
 
 // waitReady polls /readyz until it answers 200, then waits for the
 // namespaces the bootstrap controller creates (tests put objects there).
-func (tb *Testbed) waitReady(ctx context.Context, p *process) error {
+func (tb *Testbed) waitReady(ctx context.Context, p *Process) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(tb.pki.caPEM)
 	hc := &http.Client{
@@ -347,7 +347,7 @@ func (tb *Testbed) waitReady(ctx context.Context, p *process) error {
 const pollInterval = 200 * time.Millisecond
 
 // poll calls cond until it returns true, p exits, or ctx ends.
-func poll(ctx context.Context, p *process, what string, cond func() (bool, error)) error {
+func poll(ctx context.Context, p *Process, what string, cond func() (bool, error)) error {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	for {
@@ -358,7 +358,7 @@ func poll(ctx context.Context, p *process, what string, cond func() (bool, error
 		if ok {
 			return nil
 		}
-		if done, perr := p.exited(); done {
+		if done, perr := p.Exited(); done {
 			return fmt.Errorf("wait for %s: %s exited: %v", what, p.name, perr)
 		}
 		select {
