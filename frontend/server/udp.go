@@ -101,41 +101,34 @@ func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
 // batch) takes tens of microseconds, which bounds the delay it adds to a
 // stop-the-world pause.
 func (u *udpSocket) recvmmsg(fd uintptr) bool {
-	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rhdr[0])),
-			uintptr(len(u.rhdr)), unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-			u.nread, u.rerr = int(r), 0
-			return true
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		default:
-			u.nread, u.rerr = 0, e
-			return true
-		}
-	}
+	n, err, ok := mmsg(unix.SYS_RECVMMSG, fd, u.rhdr)
+	u.nread, u.rerr = n, err
+	return ok
 }
 
 // sendmmsg sends whdr[wfrom:pending]; false waits until writable.
 func (u *udpSocket) sendmmsg(fd uintptr) bool {
+	n, err, ok := mmsg(unix.SYS_SENDMMSG, fd, u.whdr[u.wfrom:u.pending])
+	u.wsent, u.werr = n, err
+	return ok
+}
+
+// mmsg makes one non-blocking recvmmsg or sendmmsg (trap) over hdr and
+// returns the number of messages done and the error; ok is false when the
+// socket is not ready (EAGAIN) and the caller should wait for the poller.
+func mmsg(trap, fd uintptr, hdr []unix.Mmsghdr) (n int, err syscall.Errno, ok bool) {
 	for {
-		// Never blocks: see recvmmsg.
-		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&u.whdr[u.wfrom])),
-			uintptr(u.pending-u.wfrom), unix.MSG_DONTWAIT, 0, 0)
+		r, _, e := unix.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&hdr[0])),
+			uintptr(len(hdr)), unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
-			u.wsent, u.werr = int(r), 0
-			return true
+			return int(r), 0, true
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return false
+			return 0, 0, false
 		default:
-			u.wsent, u.werr = 0, e
-			return true
+			return 0, e, true
 		}
 	}
 }
