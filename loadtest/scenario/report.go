@@ -14,6 +14,9 @@ import (
 // WriteFiles writes OUT/report.md and OUT/results.json and returns the
 // report's path.
 func (r *Report) WriteFiles(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
 	plots, plotErr := r.WritePlots(dir)
 	r.Plots = plots
 	b, err := json.MarshalIndent(r, "", "  ")
