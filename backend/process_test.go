@@ -58,8 +58,13 @@ func backendPorts(t testing.TB) (*backend, []string) {
 		Ready:    freeAddr(t),
 		Metrics:  freeAddr(t),
 	}
+	return b, b.env()
+}
+
+// env points the default Corefile's variables at b's addresses.
+func (b *backend) env() []string {
 	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
-	env := []string{
+	return []string{
 		"NODEDNS_BIND=127.0.0.1",
 		"NODEDNS_PORT=" + port(b.DNS),
 		"NODEDNS_FALLBACK_PORT=" + port(b.Fallback),
@@ -67,12 +72,21 @@ func backendPorts(t testing.TB) (*backend, []string) {
 		"NODEDNS_READY=" + b.Ready,
 		"NODEDNS_METRICS=" + b.Metrics,
 	}
-	return b, env
 }
 
 // start runs the backend with corefile and env and waits until /ready
 // answers 200. The process is stopped when the test ends.
 func (b *backend) start(t testing.TB, corefile string, env []string, ready time.Duration) {
+	t.Helper()
+	b.launch(t, corefile, env)
+	if err := b.waitReady(ready); err != nil {
+		t.Fatalf("backend not ready: %v\noutput:\n%s", err, b.proc.Output.String())
+	}
+}
+
+// launch runs the backend with corefile and env without waiting for it. The
+// process is stopped when the test ends.
+func (b *backend) launch(t testing.TB, corefile string, env []string) {
 	t.Helper()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "Corefile")
@@ -85,9 +99,6 @@ func (b *backend) start(t testing.TB, corefile string, env []string, ready time.
 	}
 	cmd.Env = append(cmd.Env, env...)
 	b.proc = proctest.Start(t, "backend", cmd)
-	if err := b.waitReady(ready); err != nil {
-		t.Fatalf("backend not ready: %v\noutput:\n%s", err, b.proc.Output.String())
-	}
 }
 
 // stop sends SIGTERM and waits; lameduck is part of the wait.
