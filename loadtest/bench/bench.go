@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,6 +196,9 @@ type runner struct {
 	client, server       sched // where dnsperf and the servers run
 	progress             io.Writer
 	port                 int // the server's DNS port, set once it is chosen
+	// scrape lists the server's HTTP endpoints (metrics, health), fetched
+	// as Prometheus and the kubelet would before the peak RSS is read.
+	scrape []string
 
 	p       *process       // set by start
 	addr    string         // the server's DNS address, set by start
@@ -240,6 +244,9 @@ func (r *runner) start(ctx context.Context) error {
 	argv, err := serverArgv(r.name, env)
 	if err != nil {
 		return err
+	}
+	if r.name == Frontend {
+		r.scrape = []string{"http://" + env.metrics + "/metrics", "http://" + env.health + "/health", "http://" + env.health + "/ready"}
 	}
 	r.p, err = startProcess(r.name, argv, r.server, filepath.Join(r.dir, r.name+".log"))
 	if err != nil {
@@ -368,6 +375,11 @@ func (r *runner) finish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	for _, u := range r.scrape {
+		if err := fetch(ctx, u); err != nil {
+			return err
+		}
+	}
 	if err := r.p.alive(); err != nil {
 		return err
 	}
@@ -378,6 +390,28 @@ func (r *runner) finish(ctx context.Context) error {
 	row.PeakRSS = st.VmHWM
 	r.logf("peak RSS %.1f MiB (now %.1f MiB) after a pass over %d names (%d answered)",
 		float64(st.VmHWM)/mib, float64(st.VmRSS)/mib, r.cfg.RSSNames, rssWarm.Completed)
+	return nil
+}
+
+// fetch GETs url and reads the whole answer, which must be 200 OK.
+func fetch(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
 	return nil
 }
 
