@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/frontend/cache"
+	"github.com/nodedns/nodedns/frontend/gate"
 	"github.com/nodedns/nodedns/frontend/server"
 )
 
@@ -160,6 +161,11 @@ func (c config) validate() error {
 	for _, a := range []struct{ flag, addr string }{{"--metrics", c.metricsAddr}, {"--health", c.healthAddr}} {
 		if _, _, err := net.SplitHostPort(a.addr); a.addr != "" && err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", a.flag, a.addr, err))
+		}
+	}
+	if c.backendReadyURL != "" {
+		if _, err := gate.ParseReadyURL(c.backendReadyURL); err != nil {
+			errs = append(errs, fmt.Errorf("--backend-ready-url: %w", err))
 		}
 	}
 	if c.metricsAddr != "" && c.metricsAddr == c.healthAddr && !strings.HasSuffix(c.metricsAddr, ":0") {

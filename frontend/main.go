@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	vm "github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/frontend/handover"
@@ -81,7 +81,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	defer func() { _ = log.Sync() }()
 	log.Info("starting", zap.String("version", version), zap.Strings("listen", cfg.listen),
 		zap.String("backend", cfg.backend), zap.Bool("setup_network", cfg.setupNetwork))
-	reg := metrics.NewRegistry()
+	reg := metrics.NewSet()
 
 	pool, err := upstream.New(upstream.Config{Backend: cfg.backend, Fallbacks: cfg.fallbacks}, log, reg)
 	if err != nil {
@@ -252,7 +252,7 @@ func handOver(ctx context.Context, cfg config, log *zap.Logger, srv *server.Serv
 // address is empty) on SO_REUSEPORT listeners, so that a second instance
 // during a surge upgrade can bind the same ports. It returns the servers and
 // their bound addresses (metrics, health).
-func serveHTTP(ctx context.Context, cfg config, reg *prometheus.Registry, ready health.Checker, log *zap.Logger) ([]*http.Server, [2]string, error) {
+func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checker, log *zap.Logger) ([]*http.Server, [2]string, error) {
 	var srvs []*http.Server
 	var addrs [2]string
 	for i, h := range []struct {

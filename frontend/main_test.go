@@ -122,8 +122,8 @@ func TestRunServesHitsAndMisses(t *testing.T) {
 
 	body := httpGet(t, "http://"+l.Metrics+"/metrics", http.StatusOK)
 	for _, series := range []string{
-		`nodedns_server_packets_total{direction="in",proto="udp"} 2`,
-		`nodedns_server_packets_total{direction="in",proto="tcp"} 2`,
+		`nodedns_server_packets_total{proto="udp",direction="in"} 2`,
+		`nodedns_server_packets_total{proto="tcp",direction="in"} 2`,
 		"nodedns_server_batch_size_bucket",
 		"nodedns_server_inflight 0",
 	} {
@@ -296,6 +296,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--log-level=loud"}, "--log-level"},
 		{[]string{"--backend=127.0.0.1"}, "--backend"},
 		{[]string{"--metrics=:9253", "--health=:9253"}, "both"},
+		{[]string{"--backend-ready-url=https://127.0.0.1:8181/ready"}, "--backend-ready-url"},
 		{[]string{"--max-ttl=1.5s"}, "whole seconds"},
 		{[]string{"--no-such-flag"}, "not defined"},
 		{[]string{"extra"}, "unexpected argument"},

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/prometheus/client_golang/prometheus"
+	vm "github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/frontend/gate"
@@ -47,7 +47,7 @@ const presenceLock = "network.lock"
 // startNetwork starts the backend gate (with --setup-network only: it
 // decides when the node's DNS is taken over) and returns the node
 // networking, not yet set up. The gate runs until ctx ends.
-func startNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *prometheus.Registry) (network, *gate.Gate, error) {
+func startNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set) (network, *gate.Gate, error) {
 	if !cfg.setupNetwork {
 		return noNetwork{}, nil, nil
 	}
@@ -65,7 +65,7 @@ func startNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *prometh
 
 // newNetwork returns the node networking for cfg: nothing at all with
 // --setup-network=false.
-func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg prometheus.Registerer, g backendGate) (network, error) {
+func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, g backendGate) (network, error) {
 	if !cfg.setupNetwork {
 		return noNetwork{}, nil
 	}

@@ -17,12 +17,12 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/frontend/gate"
 	"github.com/nodedns/nodedns/frontend/nodenet"
 	"github.com/nodedns/nodedns/frontend/upstream"
+	"github.com/nodedns/nodedns/shared/metrics"
 )
 
 // Defaults of Config fields left empty.
@@ -399,7 +399,7 @@ func describe(network, addr string, err error) string {
 
 func checkBackend(ctx context.Context, cfg Config) Finding {
 	f := Finding{Check: "backend " + cfg.Backend}
-	g, err := gate.New(gate.Config{Backend: cfg.Backend, ReadyURL: cfg.BackendReadyURL, Timeout: cfg.Timeout}, zap.NewNop(), prometheus.NewRegistry())
+	g, err := gate.New(gate.Config{Backend: cfg.Backend, ReadyURL: cfg.BackendReadyURL, Timeout: cfg.Timeout}, zap.NewNop(), metrics.NewSet())
 	if err != nil {
 		f.Detail = err.Error()
 		return f

@@ -31,8 +31,9 @@ const (
 type Config struct {
 	// Backend is the backend's TCP DNS address. Default DefaultBackend.
 	Backend string
-	// ReadyURL is the backend's readiness URL; any status but 200 means
-	// not ready. Empty: no HTTP probe, the DNS probe alone decides.
+	// ReadyURL is the backend's readiness URL, http:// only (no TLS, no
+	// proxy, no redirects); any status but 200 means not ready. Empty: no
+	// HTTP probe, the DNS probe alone decides.
 	ReadyURL string
 	// ProbeName and ProbeType form the DNS probe's question.
 	// Defaults DefaultProbeName and DefaultProbeType.
@@ -75,11 +76,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("backend %q: %w", c.Backend, err))
 	}
 	if c.ReadyURL != "" {
-		u, err := url.Parse(c.ReadyURL)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ready url: %w", err))
-		} else if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("ready url %q: want http://host:port/path", c.ReadyURL))
+		if _, err := ParseReadyURL(c.ReadyURL); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if _, ok := dns.IsDomainName(c.ProbeName); !ok {
@@ -89,4 +87,22 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("interval %v, timeout %v: must be positive", c.Interval, c.Timeout))
 	}
 	return errors.Join(errs...)
+}
+
+// ParseReadyURL parses a readiness URL as the HTTP probe needs it:
+// http://host[:port]/path. Other schemes, https:// included, are errors:
+// the probe speaks plain HTTP over its own connection, since the backend's
+// readiness endpoint is on the node and an HTTP client with TLS would add
+// about half a megabyte to a binary that runs on every node.
+func ParseReadyURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("ready url: %w", err)
+	case u.Scheme != "http":
+		return nil, fmt.Errorf("ready url %q: scheme %q not supported, want http://host:port/path (plain HTTP only)", s, u.Scheme)
+	case u.Host == "":
+		return nil, fmt.Errorf("ready url %q: no host, want http://host:port/path", s)
+	}
+	return u, nil
 }

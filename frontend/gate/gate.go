@@ -11,13 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/frontend/upstream"
@@ -25,10 +26,12 @@ import (
 
 // Gate probes the backend on an interval and holds the latest verdict.
 type Gate struct {
-	cfg  Config
-	log  *zap.Logger
-	m    *gateMetrics
-	http *http.Client
+	cfg      Config
+	log      *zap.Logger
+	m        *gateMetrics
+	readyURL *url.URL   // cfg.ReadyURL parsed; nil without an HTTP probe
+	dialTo   string     // host:port of readyURL, the port defaulted to 80
+	dialer   net.Dialer // for the HTTP probe
 
 	readyOnce sync.Once
 	readyCh   chan struct{} // closed the first time the backend is ready
@@ -39,27 +42,33 @@ type Gate struct {
 	detail string // always set; guarded by mu
 }
 
-// New returns a Gate for cfg, registering its metrics on reg. It probes
-// nothing until Run.
-func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) (*Gate, error) {
+// New returns a Gate for cfg, creating its series in set. It fails if cfg
+// is invalid (an https ReadyURL included) or set already holds the series.
+// It probes nothing until Run.
+func New(cfg Config, log *zap.Logger, set *vm.Set) (*Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("gate config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	m, err := newMetrics(reg)
+	g := &Gate{
+		cfg:     cfg,
+		log:     log.Named("gate"),
+		readyCh: make(chan struct{}),
+		detail:  fmt.Sprintf("backend %s: not probed yet", cfg.Backend),
+	}
+	if cfg.ReadyURL != "" {
+		u, err := ParseReadyURL(cfg.ReadyURL) // cannot fail: Validate parsed it
+		if err != nil {
+			return nil, fmt.Errorf("gate config: %w", err)
+		}
+		g.readyURL, g.dialTo = u, readyAddr(u)
+	}
+	m, err := newMetrics(set)
 	if err != nil {
 		return nil, fmt.Errorf("gate metrics: %w", err)
 	}
-	return &Gate{
-		cfg: cfg,
-		log: log.Named("gate"),
-		m:   m,
-		// Loopback only: no proxy from the environment, no idle pool to
-		// keep between probes a second apart.
-		http:    &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
-		readyCh: make(chan struct{}),
-		detail:  fmt.Sprintf("backend %s: not probed yet", cfg.Backend),
-	}, nil
+	g.m = m
+	return g, nil
 }
 
 // Run probes the backend at once and then every Interval until ctx ends.
@@ -85,7 +94,7 @@ func (g *Gate) Run(ctx context.Context) error {
 func (g *Gate) Check(ctx context.Context) (ready bool, detail string) {
 	var httpErr error
 	var wg sync.WaitGroup
-	if g.cfg.ReadyURL != "" {
+	if g.readyURL != nil {
 		wg.Go(func() { httpErr = g.probeHTTP(ctx) })
 	}
 	rcode, dnsErr := g.probeDNS(ctx)
@@ -93,7 +102,7 @@ func (g *Gate) Check(ctx context.Context) (ready bool, detail string) {
 
 	var problems []string
 	if dnsErr != nil {
-		g.m.failures.WithLabelValues(probeDNS, upstream.Reason(dnsErr)).Inc()
+		g.m.failure(probeDNS, upstream.Reason(dnsErr))
 		problems = append(problems, fmt.Sprintf("backend %s: %s", g.cfg.Backend, describe(dnsErr)))
 	}
 	if httpErr != nil {
@@ -101,7 +110,7 @@ func (g *Gate) Check(ctx context.Context) (ready bool, detail string) {
 		if errors.Is(httpErr, errStatus) {
 			reason = reasonStatus
 		}
-		g.m.failures.WithLabelValues(probeHTTP, reason).Inc()
+		g.m.failure(probeHTTP, reason)
 		problems = append(problems, fmt.Sprintf("backend ready url %s: %s", g.cfg.ReadyURL, describe(httpErr)))
 	}
 	if len(problems) > 0 {

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/shared/dnstest"
+	"github.com/nodedns/nodedns/shared/metrics"
 )
 
 // dnsBackend serves rcode over TCP on a fixed loopback address that
@@ -90,15 +90,15 @@ type change struct {
 	detail string
 }
 
-func run(t *testing.T, cfg Config) (*Gate, *prometheus.Registry, chan change) {
+func run(t *testing.T, cfg Config) (*Gate, *vm.Set, chan change) {
 	t.Helper()
 	changes := make(chan change, 16)
 	cfg.OnChange = func(ready bool, detail string) { changes <- change{ready, detail} }
 	if cfg.Interval == 0 {
 		cfg.Interval = 20 * time.Millisecond
 	}
-	reg := prometheus.NewRegistry()
-	g, err := New(cfg, zap.NewNop(), reg)
+	set := metrics.NewSet()
+	g, err := New(cfg, zap.NewNop(), set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func run(t *testing.T, cfg Config) (*Gate, *prometheus.Registry, chan change) {
 	done := make(chan struct{})
 	go func() { _ = g.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return g, reg, changes
+	return g, set, changes
 }
 
 func next(t *testing.T, changes chan change) change {
@@ -120,24 +120,22 @@ func next(t *testing.T, changes chan change) change {
 	}
 }
 
-func value(t *testing.T, c prometheus.Collector) float64 {
+// value returns the current value of the series family{labels} in set,
+// failing the test if set does not export it.
+func value(t *testing.T, set *vm.Set, family string, labels ...string) float64 {
 	t.Helper()
-	ch := make(chan prometheus.Metric, 1)
-	c.Collect(ch)
-	var pb dto.Metric
-	if err := (<-ch).Write(&pb); err != nil {
-		t.Fatal(err)
+	name := metrics.Name(family, labels...)
+	v, ok := metrics.Values(set)[name]
+	if !ok {
+		t.Fatalf("series %s not exported", name)
 	}
-	if pb.Gauge != nil {
-		return pb.Gauge.GetValue()
-	}
-	return pb.Counter.GetValue()
+	return v
 }
 
 func TestWaitUntilReady(t *testing.T) {
 	b := newDNSBackend(t, dns.RcodeSuccess)
 	var httpOK atomic.Bool
-	g, _, changes := run(t, Config{Backend: b.addr, ReadyURL: readyServer(t, &httpOK)})
+	g, set, changes := run(t, Config{Backend: b.addr, ReadyURL: readyServer(t, &httpOK)})
 
 	c := next(t, changes)
 	if c.ready {
@@ -169,13 +167,13 @@ func TestWaitUntilReady(t *testing.T) {
 	if ok, detail := g.Ready(); !ok || !strings.Contains(detail, "ready") {
 		t.Errorf("Ready() = %v, %q", ok, detail)
 	}
-	if v := value(t, g.m.ready); v != 1 {
+	if v := value(t, set, "nodedns_backend_ready"); v != 1 {
 		t.Errorf("backend_ready = %v", v)
 	}
-	if v := value(t, g.m.failures.WithLabelValues("dns", "refused")); v < 1 {
+	if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "dns", "reason", "refused"); v < 1 {
 		t.Errorf("probe_failures_total{dns,refused} = %v", v)
 	}
-	if v := value(t, g.m.failures.WithLabelValues("http", "status")); v < 1 {
+	if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "http", "reason", "status"); v < 1 {
 		t.Errorf("probe_failures_total{http,status} = %v", v)
 	}
 }
@@ -185,7 +183,7 @@ func TestBackendRestart(t *testing.T) {
 	b.start()
 	var httpOK atomic.Bool
 	httpOK.Store(true)
-	g, _, changes := run(t, Config{Backend: b.addr, ReadyURL: readyServer(t, &httpOK)})
+	_, set, changes := run(t, Config{Backend: b.addr, ReadyURL: readyServer(t, &httpOK)})
 	if c := next(t, changes); !c.ready {
 		t.Fatalf("first change %+v", c)
 	}
@@ -196,7 +194,7 @@ func TestBackendRestart(t *testing.T) {
 	if c.ready || !strings.HasPrefix(c.detail, "backend "+b.addr+": connection ") {
 		t.Errorf("after stop: %+v", c)
 	}
-	if v := value(t, g.m.ready); v != 0 {
+	if v := value(t, set, "nodedns_backend_ready"); v != 0 {
 		t.Errorf("backend_ready = %v", v)
 	}
 	b.start()
@@ -221,7 +219,7 @@ func TestCheckRcodes(t *testing.T) {
 				m.SetRcode(r, tc.rcode)
 				_ = w.WriteMsg(m)
 			}))
-			g, err := New(Config{Backend: srv.Addr}, zap.NewNop(), prometheus.NewRegistry())
+			g, err := New(Config{Backend: srv.Addr}, zap.NewNop(), metrics.NewSet())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,7 +237,8 @@ func TestCheckTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	g, err := New(Config{Backend: l.Addr().String(), Timeout: 50 * time.Millisecond}, zap.NewNop(), prometheus.NewRegistry())
+	set := metrics.NewSet()
+	g, err := New(Config{Backend: l.Addr().String(), Timeout: 50 * time.Millisecond}, zap.NewNop(), set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +246,7 @@ func TestCheckTimeout(t *testing.T) {
 	if ready || detail != "backend "+l.Addr().String()+": i/o timeout" {
 		t.Errorf("Check = %v, %q", ready, detail)
 	}
-	if v := value(t, g.m.failures.WithLabelValues("dns", "timeout")); v != 1 {
+	if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "dns", "reason", "timeout"); v != 1 {
 		t.Errorf("probe_failures_total{dns,timeout} = %v", v)
 	}
 }
@@ -262,6 +261,10 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults", Config{ReadyURL: DefaultReadyURL}, true},
 		{"backend without port", Config{Backend: "127.0.0.1"}, false},
 		{"ready url without scheme", Config{ReadyURL: "127.0.0.1:8181/ready"}, false},
+		{"ready url without port", Config{ReadyURL: "http://localhost/ready"}, true},
+		{"https ready url", Config{ReadyURL: "https://127.0.0.1:8181/ready"}, false},
+		{"ftp ready url", Config{ReadyURL: "ftp://127.0.0.1:8181/ready"}, false},
+		{"ready url without host", Config{ReadyURL: "http:///ready"}, false},
 		{"bad probe name", Config{ProbeName: "a..b"}, false},
 		{"negative interval", Config{Interval: -time.Second}, false},
 	} {
@@ -270,5 +273,155 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want ok=%v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestCheckHTTP runs the HTTP probe alone (the DNS backend answers) against
+// readiness endpoints that pass and fail in each way, and checks the
+// verdict, its detail and the failure counted.
+func TestCheckHTTP(t *testing.T) {
+	srv := dnstest.Start(t, dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		_ = w.WriteMsg(m)
+	}))
+	status := func(code int, body string) string {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet || r.URL.Path != "/ready" || !r.Close {
+				t.Errorf("request %s %s close=%v, want GET /ready with Connection: close", r.Method, r.URL.Path, r.Close)
+			}
+			w.WriteHeader(code)
+			_, _ = w.Write([]byte(body))
+		}))
+		t.Cleanup(s.Close)
+		return s.URL + "/ready"
+	}
+	// hung accepts connections (the kernel does, from its backlog) and
+	// never answers.
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hung.Close() })
+	refused := "http://" + freeAddr(t) + "/ready"
+
+	for _, tc := range []struct {
+		name   string
+		url    string
+		ready  bool
+		detail string // in the detail
+		reason string // counted for probe="http"; "" for none
+	}{
+		{"200", status(http.StatusOK, "OK"), true, "ready", ""},
+		{"200 with a large body", status(http.StatusOK, strings.Repeat("x", 1<<20)), true, "ready", ""},
+		{"503", status(http.StatusServiceUnavailable, "kubernetes\nmore\n"), false,
+			"not ready: 503 Service Unavailable (kubernetes)", "status"},
+		{"503 without a body", status(http.StatusServiceUnavailable, ""), false,
+			"not ready: 503 Service Unavailable", "status"},
+		{"404", status(http.StatusNotFound, ""), false, "not ready: 404 Not Found", "status"},
+		{"refused", refused, false, "backend ready url " + refused + ": connection refused", "refused"},
+		{"timeout", "http://" + hung.Addr().String() + "/ready", false, ": i/o timeout", "timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := metrics.NewSet()
+			g, err := New(Config{Backend: srv.Addr, ReadyURL: tc.url, Timeout: 200 * time.Millisecond}, zap.NewNop(), set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			ready, detail := g.Check(context.Background())
+			if ready != tc.ready || !strings.Contains(detail, tc.detail) {
+				t.Errorf("Check = %v, %q; want %v, containing %q", ready, detail, tc.ready, tc.detail)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("Check took %v with a 200ms timeout", d)
+			}
+			for name, v := range metrics.Values(set) {
+				if !strings.HasPrefix(name, "nodedns_backend_probe_failures_total{") {
+					continue
+				}
+				want := 0.0
+				if name == metrics.Name("nodedns_backend_probe_failures_total", "probe", "http", "reason", tc.reason) {
+					want = 1
+				}
+				if v != want {
+					t.Errorf("%s = %v, want %v", name, v, want)
+				}
+			}
+			if tc.reason != "" {
+				if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "http", "reason", tc.reason); v != 1 {
+					t.Errorf("probe_failures_total{http,%s} = %v, want 1", tc.reason, v)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckHTTPCanceled checks that a probe stops when its caller's context
+// ends, before its own timeout.
+func TestCheckHTTPCanceled(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	srv := dnstest.Start(t, dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		_ = w.WriteMsg(m)
+	}))
+	set := metrics.NewSet()
+	g, err := New(Config{Backend: srv.Addr, ReadyURL: "http://" + hung.Addr().String() + "/ready", Timeout: time.Minute}, zap.NewNop(), set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	if ready, detail := g.Check(ctx); ready {
+		t.Errorf("Check = %v, %q", ready, detail)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Check took %v after its context was canceled at 50ms", d)
+	}
+	if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "http", "reason", "canceled"); v != 1 {
+		t.Errorf("probe_failures_total{http,canceled} = %v, want 1", v)
+	}
+}
+
+// TestNewRejectsHTTPS checks that a ready URL the probe cannot speak fails
+// at New, with the reason, rather than at every probe.
+func TestNewRejectsHTTPS(t *testing.T) {
+	for _, u := range []string{"https://127.0.0.1:8181/ready", "HTTPS://127.0.0.1:8181/ready", "unix:///run/ready"} {
+		_, err := New(Config{ReadyURL: u}, zap.NewNop(), metrics.NewSet())
+		if err == nil || !strings.Contains(err.Error(), "not supported") || !strings.Contains(err.Error(), "plain HTTP only") {
+			t.Errorf("New with ready url %q: %v, want an unsupported scheme error", u, err)
+		}
+	}
+}
+
+// TestMetricsPreCreated checks the series exist before any probe.
+func TestMetricsPreCreated(t *testing.T) {
+	set := metrics.NewSet()
+	if _, err := New(Config{}, zap.NewNop(), set); err != nil {
+		t.Fatal(err)
+	}
+	got := metrics.Values(set)
+	want := []string{"nodedns_backend_ready", metrics.Name("nodedns_backend_probe_failures_total", "probe", "http", "reason", "status")}
+	for _, p := range []string{"http", "dns"} {
+		for _, r := range []string{"refused", "timeout", "reset", "eof", "mismatch", "canceled", "other"} {
+			want = append(want, metrics.Name("nodedns_backend_probe_failures_total", "probe", p, "reason", r))
+		}
+	}
+	for _, name := range want {
+		if _, ok := got[name]; !ok {
+			t.Errorf("%s not exported", name)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d series, want %d: %v", len(got), len(want), got)
+	}
+	if _, err := New(Config{}, zap.NewNop(), set); err == nil {
+		t.Error("second gate on one set: no error")
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/nodedns/nodedns/frontend/server"
+	"github.com/nodedns/nodedns/shared/metrics"
 )
 
 // countingHandler answers every query as its own echo and counts them;
@@ -47,7 +47,7 @@ func (h *countingHandler) Overloaded(dst, req []byte) []byte { return nil }
 func newServer(t *testing.T, listen []string, files []*os.File) (*server.Server, *countingHandler) {
 	t.Helper()
 	h := &countingHandler{}
-	s, err := server.New(server.Config{Listen: listen, UDPSockets: 2, Inherited: files}, h, zaptest.NewLogger(t), prometheus.NewRegistry())
+	s, err := server.New(server.Config{Listen: listen, UDPSockets: 2, Inherited: files}, h, zaptest.NewLogger(t), metrics.NewSet())
 	if err != nil {
 		t.Fatal(err)
 	}

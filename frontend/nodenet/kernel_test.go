@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodedns/nodedns/frontend/nodenet"
+	"github.com/nodedns/nodedns/shared/metrics"
 	"github.com/nodedns/nodedns/shared/netnstest"
 )
 
@@ -132,7 +132,7 @@ func newManager(t *testing.T, ns *netnstest.NetNS, cfg nodenet.Config) *nodenet.
 	t.Helper()
 	var m *nodenet.Manager
 	if err := ns.Do(func() (err error) {
-		m, err = nodenet.NewHost(context.Background(), cfg, zaptest.NewLogger(t), prometheus.NewRegistry())
+		m, err = nodenet.NewHost(context.Background(), cfg, zaptest.NewLogger(t), metrics.NewSet())
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 package nodenet
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
+	vm "github.com/VictoriaMetrics/metrics"
 
 	"github.com/nodedns/nodedns/shared/metrics"
 )
@@ -15,29 +15,31 @@ const (
 	opTeardown = "teardown" // anything failing during Teardown
 )
 
+// Series families.
+const (
+	familySetupErrors = metrics.Namespace + "_setup_errors_total"
+	familyInstalled   = metrics.Namespace + "_network_installed"
+)
+
 type managerMetrics struct {
-	setupErrors *prometheus.CounterVec
-	installed   prometheus.Gauge
+	setupErrors map[string]*vm.Counter // by op; read-only after newMetrics
+	installed   *vm.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) *managerMetrics {
+// newMetrics creates the manager's series in set, or in a private set when
+// set is nil. Like any series, they must not be in set already.
+func newMetrics(set *vm.Set) *managerMetrics {
+	if set == nil {
+		set = metrics.NewSet()
+	}
+	metrics.Help(familySetupErrors, "Errors while setting up or removing the node's DNS interface and rules, by operation.")
+	metrics.Help(familyInstalled, "1 when the last sync left the interface and every rule in place.")
 	m := &managerMetrics{
-		setupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metrics.Namespace,
-			Name:      "setup_errors_total",
-			Help:      "Errors while setting up or removing the node's DNS interface and rules, by operation.",
-		}, []string{"op"}),
-		installed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: metrics.Namespace,
-			Name:      "network_installed",
-			Help:      "1 when the last sync left the interface and every rule in place.",
-		}),
+		setupErrors: map[string]*vm.Counter{},
+		installed:   set.NewGauge(familyInstalled, nil),
 	}
 	for _, op := range []string{opDetect, opLink, opAddr, opRules, opTeardown} {
-		m.setupErrors.WithLabelValues(op)
-	}
-	if reg != nil {
-		reg.MustRegister(m.setupErrors, m.installed)
+		m.setupErrors[op] = set.NewCounter(metrics.Name(familySetupErrors, "op", op))
 	}
 	return m
 }

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	vm "github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 )
 
@@ -34,8 +34,9 @@ type Manager struct {
 }
 
 // New returns a Manager using the given netlink and iptables (one per
-// family that the host supports; fakes in unit tests). cfg is validated.
-func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, nl Netlink, ipt map[Family]IPTables) (*Manager, error) {
+// family that the host supports; fakes in unit tests), with its series in
+// set (a private set when nil). cfg is validated.
+func New(cfg Config, log *zap.Logger, set *vm.Set, nl Netlink, ipt map[Family]IPTables) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -48,7 +49,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, nl Netlink, ipt
 		return nil, errors.New("mode " + string(cfg.Mode) + " needs netlink")
 	}
 	return &Manager{
-		cfg: cfg, log: log.Named("nodenet"), nl: nl, ipt: ipt, met: newMetrics(reg),
+		cfg: cfg, log: log.Named("nodenet"), nl: nl, ipt: ipt, met: newMetrics(set),
 		status: "network not set up yet",
 	}, nil
 }
@@ -56,7 +57,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, nl Netlink, ipt
 // NewHost returns a Manager for the network namespace of the calling
 // thread, using the iptables backend (legacy or nft) the host's other rules
 // live in.
-func NewHost(ctx context.Context, cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Manager, error) {
+func NewHost(ctx context.Context, cfg Config, log *zap.Logger, set *vm.Set) (*Manager, error) {
 	backend, stats := DetectBackend(ctx, ExecRunner)
 	log.Named("nodenet").Info("iptables backend", zap.String("backend", string(backend)),
 		zap.Int("nft_rules", stats[BackendNFT].Rules), zap.Bool("nft_hint", stats[BackendNFT].Hint),
@@ -79,7 +80,7 @@ func NewHost(ctx context.Context, cfg Config, log *zap.Logger, reg prometheus.Re
 	if err != nil {
 		return nil, err
 	}
-	m, err := New(cfg, log, reg, nl, ipt)
+	m, err := New(cfg, log, set, nl, ipt)
 	if err != nil {
 		return nil, errors.Join(append(errs, err)...)
 	}
@@ -107,7 +108,7 @@ func (m *Manager) InstalledOnce() bool {
 
 // fail counts and logs one setup error.
 func (m *Manager) fail(op string, err error) error {
-	m.met.setupErrors.WithLabelValues(op).Inc()
+	m.met.setupErrors[op].Inc()
 	m.log.Error("node network setup", zap.String("op", op), zap.Error(err))
 	return err
 }

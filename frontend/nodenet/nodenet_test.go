@@ -10,12 +10,13 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/shared/metrics"
 )
 
 func ips(t *testing.T, s string) []net.IP {
@@ -32,23 +33,35 @@ type rig struct {
 	nl   *fakeNetlink
 	v4   *fakeIPTables
 	v6   *fakeIPTables
-	reg  *prometheus.Registry
+	set  *vm.Set
 	logs *observer.ObservedLogs
 }
 
 func newRig(t *testing.T, cfg Config, nl *fakeNetlink) *rig {
 	t.Helper()
 	core, logs := observer.New(zap.DebugLevel)
-	r := &rig{nl: nl, v4: newFakeIPTables(), v6: newFakeIPTables(), reg: prometheus.NewRegistry(), logs: logs}
+	r := &rig{nl: nl, v4: newFakeIPTables(), v6: newFakeIPTables(), set: metrics.NewSet(), logs: logs}
 	if nl == nil {
 		r.nl = newFakeNetlink()
 	}
-	m, err := New(cfg, zap.New(core), r.reg, r.nl, map[Family]IPTables{IPv4: r.v4, IPv6: r.v6})
+	m, err := New(cfg, zap.New(core), r.set, r.nl, map[Family]IPTables{IPv4: r.v4, IPv6: r.v6})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.m = m
 	return r
+}
+
+// value returns the current value of the series family{labels} in the
+// rig's set, failing the test if the set does not export it.
+func (r *rig) value(t *testing.T, family string, labels ...string) float64 {
+	t.Helper()
+	name := metrics.Name(family, labels...)
+	v, ok := metrics.Values(r.set)[name]
+	if !ok {
+		t.Fatalf("series %s not exported", name)
+	}
+	return v
 }
 
 func dualStack(t *testing.T) Config {
@@ -350,7 +363,7 @@ func TestForeignLinkRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not created by nodedns") {
 		t.Fatalf("Sync() = %v", err)
 	}
-	if got := testutil.ToFloat64(r.m.met.setupErrors.WithLabelValues(opLink)); got != 1 {
+	if got := r.value(t, "nodedns_setup_errors_total", "op", "link"); got != 1 {
 		t.Errorf("setup_errors_total{op=link} = %v", got)
 	}
 	// The rules still went in: one bad step does not block the others.
@@ -386,7 +399,7 @@ func TestSetupErrorsCounted(t *testing.T) {
 	if ok, detail := r.m.Status(); ok || !strings.Contains(detail, "fake failure") {
 		t.Errorf("Status() = %v, %q", ok, detail)
 	}
-	if got := testutil.ToFloat64(r.m.met.setupErrors.WithLabelValues(opRules)); got != 1 {
+	if got := r.value(t, "nodedns_setup_errors_total", "op", "rules"); got != 1 {
 		t.Errorf("setup_errors_total{op=rules} = %v, want 1", got)
 	}
 	if r.logs.FilterMessage("node network setup").Len() != 1 {
@@ -498,5 +511,39 @@ func TestRemoveStale(t *testing.T) {
 	}
 	if ok, _ := r2.m.Status(); ok {
 		t.Error("RemoveStale reported the network installed")
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	r := newRig(t, dualStack(t), nil)
+	for _, op := range []string{"detect", "link", "addr", "rules", "teardown"} {
+		if got := r.value(t, "nodedns_setup_errors_total", "op", op); got != 0 {
+			t.Errorf("setup_errors_total{op=%s} = %v before any sync", op, got)
+		}
+	}
+	if got := r.value(t, "nodedns_network_installed"); got != 0 {
+		t.Errorf("network_installed = %v before any sync", got)
+	}
+	if err := r.m.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.value(t, "nodedns_network_installed"); got != 1 {
+		t.Errorf("network_installed = %v after a good sync", got)
+	}
+	if err := r.m.Teardown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.value(t, "nodedns_network_installed"); got != 0 {
+		t.Errorf("network_installed = %v after teardown", got)
+	}
+}
+
+func TestNilSet(t *testing.T) {
+	m, err := New(dualStack(t), zap.NewNop(), nil, newFakeNetlink(), map[Family]IPTables{IPv4: newFakeIPTables(), IPv6: newFakeIPTables()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Sync(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,14 +1,18 @@
 package resolver
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
+
+	sharedmetrics "github.com/nodedns/nodedns/shared/metrics"
 )
 
 // fakeExchanger answers with fn; it records the queries it got.
@@ -86,19 +90,88 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newResolver(t testing.TB, cfg Config, ex Exchanger, clk *clock) (*Resolver, *prometheus.Registry) {
+func newResolver(t testing.TB, cfg Config, ex Exchanger, clk *clock) (*Resolver, *vm.Set) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
+	set := sharedmetrics.NewSet()
 	var now func() time.Time
 	if clk != nil {
 		now = clk.Now
 	}
-	r, err := New(cfg, ex, reg, nil, now)
+	r, err := New(cfg, ex, set, nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	return r, reg
+	return r, set
+}
+
+// value returns the current value of the series name in set; a series
+// that does not exist fails the test.
+func value(t testing.TB, set *vm.Set, name string) float64 {
+	t.Helper()
+	v, ok := sharedmetrics.Values(set)[name]
+	if !ok {
+		t.Fatalf("no series %s", name)
+	}
+	return v
+}
+
+// families returns the type of each family in set's exposition, by its
+// "# TYPE" line; a family typed twice (which Prometheus rejects) fails the
+// test.
+func families(t testing.TB, set *vm.Set) map[string]string {
+	t.Helper()
+	var b bytes.Buffer
+	set.WritePrometheus(&b)
+	out := map[string]string{}
+	for line := range strings.Lines(b.String()) {
+		rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "# TYPE ")
+		if !ok {
+			continue
+		}
+		family, typ, _ := strings.Cut(rest, " ")
+		if _, dup := out[family]; dup {
+			t.Errorf("family %s typed twice", family)
+		}
+		out[family] = typ
+	}
+	return out
+}
+
+// familyOf returns the family of a series name as Values spells it, and
+// its label names in order, without the le label of a histogram bucket.
+func familyOf(t testing.TB, types map[string]string, series string) (string, []string) {
+	t.Helper()
+	name, labels, _ := strings.Cut(series, "{")
+	family := name
+	if _, ok := types[name]; !ok {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && types[base] == "histogram" {
+				family = base
+			}
+		}
+	}
+	var names []string
+	for labels != "" && labels != "}" {
+		k, rest, ok := strings.Cut(labels, `="`)
+		if !ok {
+			t.Fatalf("series %s: bad labels", series)
+		}
+		i := 0
+		for ; i < len(rest) && rest[i] != '"'; i++ {
+			if rest[i] == '\\' {
+				i++
+			}
+		}
+		if i >= len(rest) {
+			t.Fatalf("series %s: unterminated label value", series)
+		}
+		labels = strings.TrimPrefix(rest[i+1:], ",")
+		if !(k == "le" && family != name) {
+			names = append(names, k)
+		}
+	}
+	return family, names
 }
 
 func pack(t testing.TB, name string, qtype uint16, edit func(*dns.Msg)) []byte {

@@ -1,12 +1,14 @@
 package resolver
 
 import (
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"strconv"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodedns/nodedns/frontend/cache"
 	"github.com/nodedns/nodedns/frontend/dnswire"
@@ -14,13 +16,10 @@ import (
 	sharedmetrics "github.com/nodedns/nodedns/shared/metrics"
 )
 
-// Label values. The frontend serves the root zone and has no views; the
-// Handler contract does not carry the client's address family, so family is
-// always "1" (CoreDNS: 1 = IPv4, 2 = IPv6).
+// Label values. The frontend serves the root zone and has no views.
 const (
-	zone   = "."
-	view   = ""
-	family = "1"
+	zone = "."
+	view = ""
 )
 
 // Values of the "plugin" label of coredns_dns_responses_total: who made the
@@ -47,33 +46,59 @@ const maxRcode = 23 // BADCOOKIE, the largest rcode with a name (RFC 7873)
 // metrics holds every series' children, resolved once so that the hot path
 // only increments.
 type metrics struct {
-	requests    [2][]prometheus.Counter // [proto][typeIndex]; last index is "other"
-	typeIndex   [256]uint8              // qtype → index, for qtypes below 256
-	responses   [nPlugins][maxRcode + 2]prometheus.Counter
-	duration    prometheus.Observer
-	servedStale prometheus.Counter
-	prefetch    prometheus.Counter
-	malformed   map[*dnswire.ParseError]prometheus.Counter
-	mismatch    prometheus.Counter
-	upErrors    prometheus.Counter
+	requests    [4][]*vm.Counter // [server.Proto][typeIndex]; last index is "other"
+	typeIndex   [256]uint8       // qtype → index, for qtypes below 256
+	responses   [nPlugins][maxRcode + 2]*vm.Counter
+	duration    *vm.PrometheusHistogram
+	servedStale *vm.Counter
+	prefetch    *vm.Counter
+	malformed   map[*dnswire.ParseError]*vm.Counter
+	mismatch    *vm.Counter
+	upErrors    *vm.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, srv string, c *cache.Cache) *metrics {
-	m := &metrics{malformed: make(map[*dnswire.ParseError]prometheus.Counter)}
-	cn, nn := sharedmetrics.CoreDNSNamespace, sharedmetrics.Namespace
+// Families of the resolver's series.
+const (
+	requestsFamily    = sharedmetrics.CoreDNSNamespace + "_dns_requests_total"
+	responsesFamily   = sharedmetrics.CoreDNSNamespace + "_dns_responses_total"
+	durationFamily    = sharedmetrics.CoreDNSNamespace + "_dns_request_duration_seconds"
+	servedStaleFamily = sharedmetrics.CoreDNSNamespace + "_cache_served_stale_total"
+	prefetchFamily    = sharedmetrics.CoreDNSNamespace + "_cache_prefetch_total"
+	malformedFamily   = sharedmetrics.Namespace + "_malformed_queries_total"
+	mismatchFamily    = sharedmetrics.Namespace + "_upstream_mismatch_total"
+	upErrorsFamily    = sharedmetrics.Namespace + "_upstream_errors_total"
 
-	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: cn, Subsystem: "dns", Name: "requests_total",
-		Help: "Counter of DNS requests made per zone, protocol and family.",
-	}, []string{"server", "zone", "view", "proto", "family", "type"})
-	for p, proto := range []string{"udp", "tcp"} {
+	cacheEntriesFamily   = sharedmetrics.CoreDNSNamespace + "_cache_entries"
+	cacheHitsFamily      = sharedmetrics.CoreDNSNamespace + "_cache_hits_total"
+	cacheMissesFamily    = sharedmetrics.CoreDNSNamespace + "_cache_misses_total"
+	cacheRequestsFamily  = sharedmetrics.CoreDNSNamespace + "_cache_requests_total"
+	cacheEvictionsFamily = sharedmetrics.CoreDNSNamespace + "_cache_evictions_total"
+)
+
+func newMetrics(set *vm.Set, srv string, c *cache.Cache) *metrics {
+	m := &metrics{malformed: make(map[*dnswire.ParseError]*vm.Counter)}
+	name := sharedmetrics.Name
+
+	sharedmetrics.Help(requestsFamily, "Counter of DNS requests made per zone, protocol and family.")
+	for p := range server.Proto(len(m.requests)) {
+		proto, family := "udp", "1" // CoreDNS: family 1 is IPv4, 2 is IPv6
+		if p.IsTCP() {
+			proto = "tcp"
+		}
+		if p.IsIPv6() {
+			family = "2"
+		}
+		request := func(typ string) *vm.Counter {
+			return set.NewCounter(name(requestsFamily,
+				"server", srv, "zone", zone, "view", view, "proto", proto, "family", family, "type", typ))
+		}
 		for i, t := range monitoredTypes {
-			m.requests[p] = append(m.requests[p], requests.WithLabelValues(srv, zone, view, proto, family, dns.TypeToString[t]))
+			m.requests[p] = append(m.requests[p], request(dns.TypeToString[t]))
 			if t < 256 {
 				m.typeIndex[t] = uint8(i)
 			}
 		}
-		m.requests[p] = append(m.requests[p], requests.WithLabelValues(srv, zone, view, proto, family, "other"))
+		m.requests[p] = append(m.requests[p], request("other"))
 	}
 	other := uint8(len(monitoredTypes))
 	for t := range m.typeIndex {
@@ -82,52 +107,33 @@ func newMetrics(reg prometheus.Registerer, srv string, c *cache.Cache) *metrics 
 		}
 	}
 
-	responses := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: cn, Subsystem: "dns", Name: "responses_total",
-		Help: "Counter of response status codes.",
-	}, []string{"server", "zone", "view", "rcode", "plugin"})
+	sharedmetrics.Help(responsesFamily, "Counter of response status codes.")
 	for p := range nPlugins {
 		for rc := 0; rc <= maxRcode+1; rc++ {
-			m.responses[p][rc] = responses.WithLabelValues(srv, zone, view, rcodeName(rc), pluginNames[p])
+			m.responses[p][rc] = set.NewCounter(name(responsesFamily,
+				"server", srv, "zone", zone, "view", view, "rcode", rcodeName(rc), "plugin", pluginNames[p]))
 		}
 	}
 
-	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: cn, Subsystem: "dns", Name: "request_duration_seconds",
-		Buckets: prometheus.ExponentialBuckets(0.00025, 2, 16), // CoreDNS's: 0.25ms to 8s
-		Help:    "Histogram of the time (in seconds) each request took per zone.",
-	}, []string{"server", "zone", "view"})
-	m.duration = duration.WithLabelValues(srv, zone, view)
+	sharedmetrics.Help(durationFamily, "Histogram of the time (in seconds) each request took per zone.")
+	m.duration = set.NewPrometheusHistogramExt(name(durationFamily, "server", srv, "zone", zone, "view", view),
+		vm.ExponentialBuckets(0.00025, 2, 16)) // CoreDNS's: 0.25ms to 8s
 
-	servedStale := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: cn, Subsystem: "cache", Name: "served_stale_total",
-		Help: "The number of requests served from stale cache entries.",
-	}, []string{"server", "zones", "view"})
-	m.servedStale = servedStale.WithLabelValues(srv, zone, view)
-	prefetch := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: cn, Subsystem: "cache", Name: "prefetch_total",
-		Help: "The number of times the cache has prefetched a cached item.",
-	}, []string{"server", "zones", "view"})
-	m.prefetch = prefetch.WithLabelValues(srv, zone, view)
+	sharedmetrics.Help(servedStaleFamily, "The number of requests served from stale cache entries.")
+	m.servedStale = set.NewCounter(name(servedStaleFamily, "server", srv, "zones", zone, "view", view))
+	sharedmetrics.Help(prefetchFamily, "The number of times the cache has prefetched a cached item.")
+	m.prefetch = set.NewCounter(name(prefetchFamily, "server", srv, "zones", zone, "view", view))
 
-	malformed := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: nn, Name: "malformed_queries_total",
-		Help: "Queries rejected by the parser, by reason (answered FORMERR, NOTIMP or BADVERS, or dropped).",
-	}, []string{"reason"})
+	sharedmetrics.Help(malformedFamily, "Queries rejected by the parser, by reason (answered FORMERR, NOTIMP or BADVERS, or dropped).")
 	for _, e := range dnswire.Reasons {
-		m.malformed[e] = malformed.WithLabelValues(e.Reason)
+		m.malformed[e] = set.NewCounter(name(malformedFamily, "reason", e.Reason))
 	}
-	m.mismatch = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: nn, Name: "upstream_mismatch_total",
-		Help: "Backend answers whose question did not match the query; answered SERVFAIL (or stale) and not cached.",
-	})
-	m.upErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: nn, Name: "upstream_errors_total",
-		Help: "Misses and prefetches left without an answer after the upstream pool's retries and fallbacks.",
-	})
+	sharedmetrics.Help(mismatchFamily, "Backend answers whose question did not match the query; answered SERVFAIL (or stale) and not cached.")
+	m.mismatch = set.NewCounter(mismatchFamily)
+	sharedmetrics.Help(upErrorsFamily, "Misses and prefetches left without an answer after the upstream pool's retries and fallbacks.")
+	m.upErrors = set.NewCounter(upErrorsFamily)
 
-	reg.MustRegister(requests, responses, duration, servedStale, prefetch, malformed,
-		m.mismatch, m.upErrors, newCacheCollector(c, srv))
+	newCacheWriter(c, srv).register(set)
 	return m
 }
 
@@ -146,11 +152,7 @@ func (m *metrics) request(proto server.Proto, qtype uint16) {
 	if qtype < 256 { // every monitored type is
 		i = m.typeIndex[qtype]
 	}
-	p := 0
-	if proto == server.TCP {
-		p = 1
-	}
-	m.requests[p][i].Inc()
+	m.requests[proto&(server.TCP|server.IPv6)][i].Inc()
 }
 
 // response counts an answer made after start, and observes its duration
@@ -163,7 +165,7 @@ func (m *metrics) response(plugin, rcode int, start time.Time, weight int) {
 	if weight > 0 {
 		d := time.Since(start).Seconds()
 		for range weight {
-			m.duration.Observe(d)
+			m.duration.Update(d)
 		}
 	}
 }
@@ -183,45 +185,57 @@ func sampleStart() (time.Time, int) {
 	return time.Now(), hitSample
 }
 
-// cacheCollector reports the cache's own counters, which the cache keeps
-// per shard under the shard lock so that hits share no cache line.
-type cacheCollector struct {
-	c                                      *cache.Cache
-	srv                                    string
-	entries, hits, misses, reqs, evictions *prometheus.Desc
+// cacheWriter reports the cache's own counters, which the cache keeps per
+// shard under the shard lock so that hits share no cache line. They are
+// read once per scrape, so that the series of one scrape agree.
+type cacheWriter struct {
+	c *cache.Cache
+	// Series names, built once: [kind] for the typed ones.
+	entries, hits, evictions [2]string
+	misses, requests         string
 }
 
-func newCacheCollector(c *cache.Cache, srv string) *cacheCollector {
-	name := func(n string) string {
-		return prometheus.BuildFQName(sharedmetrics.CoreDNSNamespace, "cache", n)
-	}
-	typed := []string{"server", "type", "zones", "view"}
-	plain := []string{"server", "zones", "view"}
-	return &cacheCollector{
-		c: c, srv: srv,
-		entries:   prometheus.NewDesc(name("entries"), "The number of elements in the cache.", typed, nil),
-		hits:      prometheus.NewDesc(name("hits_total"), "The count of cache hits.", typed, nil),
-		misses:    prometheus.NewDesc(name("misses_total"), "The count of cache misses.", plain, nil),
-		reqs:      prometheus.NewDesc(name("requests_total"), "The count of cache requests.", plain, nil),
-		evictions: prometheus.NewDesc(name("evictions_total"), "The count of cache evictions.", typed, nil),
-	}
-}
-
-func (cc *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- cc.entries
-	ch <- cc.hits
-	ch <- cc.misses
-	ch <- cc.reqs
-	ch <- cc.evictions
-}
-
-func (cc *cacheCollector) Collect(ch chan<- prometheus.Metric) {
-	st := cc.c.Stats()
+func newCacheWriter(c *cache.Cache, srv string) *cacheWriter {
+	cw := &cacheWriter{c: c}
 	for k, typ := range []string{"success", "denial"} {
-		ch <- prometheus.MustNewConstMetric(cc.entries, prometheus.GaugeValue, float64(st.Entries[k]), cc.srv, typ, zone, view)
-		ch <- prometheus.MustNewConstMetric(cc.hits, prometheus.CounterValue, float64(st.Hits[k]), cc.srv, typ, zone, view)
-		ch <- prometheus.MustNewConstMetric(cc.evictions, prometheus.CounterValue, float64(st.Evictions[k]), cc.srv, typ, zone, view)
+		typed := func(family string) string {
+			return sharedmetrics.Name(family, "server", srv, "type", typ, "zones", zone, "view", view)
+		}
+		cw.entries[k] = typed(cacheEntriesFamily)
+		cw.hits[k] = typed(cacheHitsFamily)
+		cw.evictions[k] = typed(cacheEvictionsFamily)
 	}
-	ch <- prometheus.MustNewConstMetric(cc.misses, prometheus.CounterValue, float64(st.Misses), cc.srv, zone, view)
-	ch <- prometheus.MustNewConstMetric(cc.reqs, prometheus.CounterValue, float64(st.Misses+st.Hits[0]+st.Hits[1]), cc.srv, zone, view)
+	cw.misses = sharedmetrics.Name(cacheMissesFamily, "server", srv, "zones", zone, "view", view)
+	cw.requests = sharedmetrics.Name(cacheRequestsFamily, "server", srv, "zones", zone, "view", view)
+	return cw
+}
+
+func (cw *cacheWriter) register(set *vm.Set) {
+	sharedmetrics.Help(cacheEntriesFamily, "The number of elements in the cache.")
+	sharedmetrics.Help(cacheHitsFamily, "The count of cache hits.")
+	sharedmetrics.Help(cacheMissesFamily, "The count of cache misses.")
+	sharedmetrics.Help(cacheRequestsFamily, "The count of cache requests.")
+	sharedmetrics.Help(cacheEvictionsFamily, "The count of cache evictions.")
+	set.RegisterMetricsWriter(cw.write)
+}
+
+// write writes each family's metadata once, then its series.
+func (cw *cacheWriter) write(w io.Writer) {
+	st := cw.c.Stats()
+	vm.WriteMetadataIfNeeded(w, cacheEntriesFamily, "gauge")
+	for k := range 2 {
+		fmt.Fprintf(w, "%s %d\n", cw.entries[k], st.Entries[k])
+	}
+	vm.WriteMetadataIfNeeded(w, cacheHitsFamily, "counter")
+	for k := range 2 {
+		fmt.Fprintf(w, "%s %d\n", cw.hits[k], st.Hits[k])
+	}
+	vm.WriteMetadataIfNeeded(w, cacheEvictionsFamily, "counter")
+	for k := range 2 {
+		fmt.Fprintf(w, "%s %d\n", cw.evictions[k], st.Evictions[k])
+	}
+	vm.WriteMetadataIfNeeded(w, cacheMissesFamily, "counter")
+	fmt.Fprintf(w, "%s %d\n", cw.misses, st.Misses)
+	vm.WriteMetadataIfNeeded(w, cacheRequestsFamily, "counter")
+	fmt.Fprintf(w, "%s %d\n", cw.requests, st.Misses+st.Hits[0]+st.Hits[1])
 }

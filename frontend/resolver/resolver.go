@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/frontend/cache"
@@ -47,10 +47,10 @@ type Resolver struct {
 
 var _ server.Handler = (*Resolver)(nil)
 
-// New returns a Resolver that sends misses to ex and registers its metrics
-// on reg. now is the clock for TTLs; nil means the real time through a
-// coarse clock (cache.New). Close releases it.
-func New(cfg Config, ex Exchanger, reg prometheus.Registerer, log *zap.Logger, now func() time.Time) (*Resolver, error) {
+// New returns a Resolver that sends misses to ex and creates its series in
+// set. now is the clock for TTLs; nil means the real time through a coarse
+// clock (cache.New). Close releases it.
+func New(cfg Config, ex Exchanger, set *vm.Set, log *zap.Logger, now func() time.Time) (*Resolver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("resolver config: %w", err)
 	}
@@ -67,7 +67,7 @@ func New(cfg Config, ex Exchanger, reg prometheus.Registerer, log *zap.Logger, n
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Resolver{
 		cfg: cfg, cache: c, ex: ex, log: log.Named("resolver"),
-		m:   newMetrics(reg, cfg.Server, c),
+		m:   newMetrics(set, cfg.Server, c),
 		ctx: ctx, cancel: cancel,
 	}, nil
 }
@@ -95,7 +95,7 @@ func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool)
 		return r.malformed(dst, req, &q, err, start, weight), true
 	}
 	r.m.request(proto, q.QType)
-	resp, res := r.cache.Get(dst[:0], &q, q.Limit(proto == server.TCP))
+	resp, res := r.cache.Get(dst[:0], &q, q.Limit(proto.IsTCP()))
 	if !res.Hit {
 		return nil, false
 	}
@@ -118,7 +118,7 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 	if err := dnswire.ParseQuery(req, &q); err != nil {
 		return r.malformed(dst, req, &q, err, start, 1) // only when called without ServeFast
 	}
-	limit := q.Limit(proto == server.TCP)
+	limit := q.Limit(proto.IsTCP())
 	key := q.Key()
 	resp, err := r.fetch(ctx, key)
 	if err == nil && resp.Rcode == dns.RcodeServerFailure {

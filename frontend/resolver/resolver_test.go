@@ -3,16 +3,23 @@ package resolver
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nodedns/nodedns/frontend/dnswire"
 	"github.com/nodedns/nodedns/frontend/server"
+	sharedmetrics "github.com/nodedns/nodedns/shared/metrics"
+)
+
+// Series of a resolver with DefaultConfig.
+var (
+	servedStaleSeries = sharedmetrics.Name("coredns_cache_served_stale_total", "server", "dns://:53", "zones", ".", "view", "")
+	prefetchSeries    = sharedmetrics.Name("coredns_cache_prefetch_total", "server", "dns://:53", "zones", ".", "view", "")
 )
 
 // serve runs a query the way the server does: ServeFast, then ServeSlow on
@@ -78,7 +85,7 @@ func TestMissThenHit(t *testing.T) {
 }
 
 func TestMalformed(t *testing.T) {
-	r, reg := newResolver(t, DefaultConfig(), &fakeExchanger{fn: records(t, 0)}, nil)
+	r, set := newResolver(t, DefaultConfig(), &fakeExchanger{fn: records(t, 0)}, nil)
 	tests := []struct {
 		name      string
 		req       []byte
@@ -108,12 +115,14 @@ func TestMalformed(t *testing.T) {
 			} else if m := unpack(t, out); m.Rcode != tt.wantRcode {
 				t.Errorf("rcode %s, want %s", dns.RcodeToString[m.Rcode], dns.RcodeToString[tt.wantRcode])
 			}
-			if got := testutil.ToFloat64(r.m.malformed[reasonErr(tt.reason)]); got != 1 {
+			if reasonErr(tt.reason) == nil {
+				t.Fatalf("no parse error has reason %q", tt.reason)
+			}
+			if got := value(t, set, sharedmetrics.Name("nodedns_malformed_queries_total", "reason", tt.reason)); got != 1 {
 				t.Errorf("nodedns_malformed_queries_total{reason=%q} = %v", tt.reason, got)
 			}
 		})
 	}
-	_ = reg
 }
 
 func reasonErr(reason string) *dnswire.ParseError {
@@ -146,7 +155,7 @@ func TestMismatchNotCached(t *testing.T) {
 				tt.edit(r)
 				return r, err
 			})
-			r, _ := newResolver(t, DefaultConfig(), ex, &clock{t: time.Unix(1e9, 0)})
+			r, set := newResolver(t, DefaultConfig(), ex, &clock{t: time.Unix(1e9, 0)})
 			req := pack(t, "victim.example.", dns.TypeA, nil)
 			out, _ := serve(t, r, req, server.UDP)
 			if m := unpack(t, out); m.Rcode != dns.RcodeServerFailure || len(m.Answer) != 0 {
@@ -155,7 +164,7 @@ func TestMismatchNotCached(t *testing.T) {
 			if _, ok := r.ServeFast(buf(), req, server.UDP); ok {
 				t.Error("the mismatched answer was cached")
 			}
-			if got := testutil.ToFloat64(r.m.mismatch); got != 1 {
+			if got := value(t, set, "nodedns_upstream_mismatch_total"); got != 1 {
 				t.Errorf("nodedns_upstream_mismatch_total = %v", got)
 			}
 		})
@@ -188,7 +197,7 @@ func TestServeStale(t *testing.T) {
 	clk := &clock{t: time.Unix(1e9, 0)}
 	cfg := DefaultConfig()
 	cfg.Cache.ServeStale = 10 * time.Minute
-	r, _ := newResolver(t, cfg, ex, clk)
+	r, set := newResolver(t, cfg, ex, clk)
 	req := pack(t, "stale.example.", dns.TypeA, nil)
 	serve(t, r, req, server.UDP)
 
@@ -226,7 +235,7 @@ func TestServeStale(t *testing.T) {
 			if tt.wantTTL > 0 && (len(m.Answer) != 1 || m.Answer[0].Header().Ttl != tt.wantTTL) {
 				t.Errorf("answer %v, want TTL %d", m.Answer, tt.wantTTL)
 			}
-			if got := testutil.ToFloat64(r.m.servedStale); got != tt.wantStale {
+			if got := value(t, set, servedStaleSeries); got != tt.wantStale {
 				t.Errorf("coredns_cache_served_stale_total = %v, want %v", got, tt.wantStale)
 			}
 		})
@@ -261,7 +270,7 @@ func TestPrefetch(t *testing.T) {
 	ex := &fakeExchanger{got: make(chan *dns.Msg, 10)}
 	ex.set(records(t, dns.RcodeSuccess, "x. 100 IN A 192.0.2.1"))
 	clk := &clock{t: time.Unix(1e9, 0)}
-	r, _ := newResolver(t, DefaultConfig(), ex, clk)
+	r, set := newResolver(t, DefaultConfig(), ex, clk)
 	req := pack(t, "Hot.Example.", dns.TypeA, func(m *dns.Msg) { m.SetEdns0(1232, true) })
 	serve(t, r, req, server.UDP)
 	<-ex.got
@@ -296,7 +305,7 @@ func TestPrefetch(t *testing.T) {
 	if _, hit := serve(t, r, req, server.UDP); !hit {
 		t.Error("miss after the prefetch")
 	}
-	if got := testutil.ToFloat64(r.m.prefetch); got != 1 {
+	if got := value(t, set, prefetchSeries); got != 1 {
 		t.Errorf("coredns_cache_prefetch_total = %v", got)
 	}
 	if n := ex.ncalls(); n != 2 {
@@ -308,7 +317,7 @@ func TestOverloaded(t *testing.T) {
 	ex := &fakeExchanger{}
 	ex.set(records(t, dns.RcodeSuccess, "x. 60 IN A 192.0.2.1"))
 	clk := &clock{t: time.Unix(1e9, 0)}
-	r, _ := newResolver(t, DefaultConfig(), ex, clk)
+	r, set := newResolver(t, DefaultConfig(), ex, clk)
 	cold := pack(t, "cold.example.", dns.TypeA, func(m *dns.Msg) { m.SetEdns0(1232, false) })
 	m := unpack(t, r.Overloaded(buf(), cold))
 	if m.Rcode != dns.RcodeServerFailure || m.IsEdns0() == nil || m.Question[0].Name != "cold.example." {
@@ -320,7 +329,7 @@ func TestOverloaded(t *testing.T) {
 	if m := unpack(t, r.Overloaded(buf(), warm)); m.Rcode != dns.RcodeSuccess || m.Answer[0].Header().Ttl != 30 {
 		t.Errorf("overloaded with a stale entry: %v", m)
 	}
-	if got := testutil.ToFloat64(r.m.servedStale); got != 1 {
+	if got := value(t, set, servedStaleSeries); got != 1 {
 		t.Errorf("coredns_cache_served_stale_total = %v", got)
 	}
 }
@@ -328,46 +337,48 @@ func TestOverloaded(t *testing.T) {
 func TestMetricsLabels(t *testing.T) {
 	ex := &fakeExchanger{}
 	ex.set(records(t, dns.RcodeSuccess, "x. 60 IN A 192.0.2.1"))
-	r, reg := newResolver(t, DefaultConfig(), ex, &clock{t: time.Unix(1e9, 0)})
+	r, set := newResolver(t, DefaultConfig(), ex, &clock{t: time.Unix(1e9, 0)})
 	req := pack(t, "m.example.", dns.TypeA, nil)
 	serve(t, r, req, server.UDP)
 	serve(t, r, req, server.UDP)
-	// The label sets of CoreDNS v1.15.0 (plugin/metrics/vars, plugin/cache).
-	want := map[string]string{
-		"coredns_dns_requests_total":           "family,proto,server,type,view,zone",
-		"coredns_dns_responses_total":          "plugin,rcode,server,view,zone",
-		"coredns_dns_request_duration_seconds": "server,view,zone",
-		"coredns_cache_hits_total":             "server,type,view,zones",
-		"coredns_cache_misses_total":           "server,view,zones",
-		"coredns_cache_requests_total":         "server,view,zones",
-		"coredns_cache_entries":                "server,type,view,zones",
-		"coredns_cache_evictions_total":        "server,type,view,zones",
-		"coredns_cache_prefetch_total":         "server,view,zones",
-		"coredns_cache_served_stale_total":     "server,view,zones",
-		"nodedns_malformed_queries_total":      "reason",
-		"nodedns_upstream_mismatch_total":      "",
-		"nodedns_upstream_errors_total":        "",
+	serve(t, r, req, server.TCP|server.IPv6)
+	serve(t, r, pack(t, "m.example.", dns.TypeMX, nil), server.UDP|server.IPv6)
+	// The label lists of CoreDNS v1.15.0 (plugin/metrics/vars,
+	// plugin/cache), in their order, and the series' types.
+	want := map[string]struct{ labels, typ string }{
+		"coredns_dns_requests_total":           {"server,zone,view,proto,family,type", "counter"},
+		"coredns_dns_responses_total":          {"server,zone,view,rcode,plugin", "counter"},
+		"coredns_dns_request_duration_seconds": {"server,zone,view", "histogram"},
+		"coredns_cache_hits_total":             {"server,type,zones,view", "counter"},
+		"coredns_cache_misses_total":           {"server,zones,view", "counter"},
+		"coredns_cache_requests_total":         {"server,zones,view", "counter"},
+		"coredns_cache_entries":                {"server,type,zones,view", "gauge"},
+		"coredns_cache_evictions_total":        {"server,type,zones,view", "counter"},
+		"coredns_cache_prefetch_total":         {"server,zones,view", "counter"},
+		"coredns_cache_served_stale_total":     {"server,zones,view", "counter"},
+		"nodedns_malformed_queries_total":      {"reason", "counter"},
+		"nodedns_upstream_mismatch_total":      {"", "counter"},
+		"nodedns_upstream_errors_total":        {"", "counter"},
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	types := families(t, set)
+	for family, typ := range types {
+		if w, ok := want[family]; !ok {
+			t.Errorf("unlisted family %s", family)
+		} else if typ != w.typ {
+			t.Errorf("%s is a %s, want a %s", family, typ, w.typ)
+		}
 	}
 	seen := map[string]bool{}
-	for _, mf := range mfs {
-		w, ok := want[mf.GetName()]
+	for series := range sharedmetrics.Values(set) {
+		family, names := familyOf(t, types, series)
+		w, ok := want[family]
 		if !ok {
-			t.Errorf("unlisted series %s", mf.GetName())
+			t.Errorf("unlisted series %s", series)
 			continue
 		}
-		seen[mf.GetName()] = true
-		for _, m := range mf.GetMetric() {
-			var names []string
-			for _, l := range m.GetLabel() {
-				names = append(names, l.GetName())
-			}
-			if got := strings.Join(names, ","); got != w {
-				t.Errorf("%s labels %q, want %q", mf.GetName(), got, w)
-			}
+		seen[family] = true
+		if got := strings.Join(names, ","); got != w.labels {
+			t.Errorf("%s labels %q, want %q", series, got, w.labels)
 		}
 	}
 	for name := range want {
@@ -378,17 +389,91 @@ func TestMetricsLabels(t *testing.T) {
 	hits := `
 # HELP coredns_cache_hits_total The count of cache hits.
 # TYPE coredns_cache_hits_total counter
-coredns_cache_hits_total{server="dns://:53",type="denial",view="",zones="."} 0
-coredns_cache_hits_total{server="dns://:53",type="success",view="",zones="."} 1
+coredns_cache_hits_total{server="dns://:53",type="success",zones=".",view=""} 2
+coredns_cache_hits_total{server="dns://:53",type="denial",zones=".",view=""} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(hits), "coredns_cache_hits_total"); err != nil {
-		t.Error(err)
+	rec := httptest.NewRecorder()
+	sharedmetrics.Handler(set).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if body := rec.Body.String(); !strings.Contains(body, hits) || strings.Count(body, "\ncoredns_cache_hits_total{") != 2 {
+		t.Errorf("/metrics lacks%s", hits)
 	}
-	if got := testutil.ToFloat64(r.m.requests[0][0]); got != 2 {
-		t.Errorf(`coredns_dns_requests_total{proto="udp",type="A"} = %v`, got)
+	request := func(proto, family, typ string) string {
+		return sharedmetrics.Name("coredns_dns_requests_total",
+			"server", "dns://:53", "zone", ".", "view", "", "proto", proto, "family", family, "type", typ)
 	}
-	if got := testutil.ToFloat64(r.m.responses[pluginCache][0]) + testutil.ToFloat64(r.m.responses[pluginForward][0]); got != 2 {
+	for _, c := range []struct {
+		proto, family, typ string
+		want               float64
+	}{
+		{"udp", "1", "A", 2}, {"tcp", "2", "A", 1}, {"udp", "2", "MX", 1},
+		{"tcp", "1", "A", 0}, {"udp", "2", "A", 0}, {"udp", "1", "MX", 0},
+	} {
+		if got := value(t, set, request(c.proto, c.family, c.typ)); got != c.want {
+			t.Errorf(`coredns_dns_requests_total{proto=%q,family=%q,type=%q} = %v, want %v`, c.proto, c.family, c.typ, got, c.want)
+		}
+	}
+	response := func(rcode, plugin string) string {
+		return sharedmetrics.Name("coredns_dns_responses_total",
+			"server", "dns://:53", "zone", ".", "view", "", "rcode", rcode, "plugin", plugin)
+	}
+	if got := value(t, set, response("NOERROR", "cache")) + value(t, set, response("NOERROR", "forward")); got != 4 {
 		t.Errorf(`coredns_dns_responses_total{rcode="NOERROR"} = %v`, got)
+	}
+}
+
+// TestCacheSeries checks the series read from the cache at scrape time
+// against the cache's own counters, with a different value for each kind
+// so that a swapped label shows.
+func TestCacheSeries(t *testing.T) {
+	ex := &fakeExchanger{}
+	ex.set(func(m *dns.Msg) (*dns.Msg, error) {
+		if strings.HasPrefix(m.Question[0].Name, "nx") {
+			return records(t, dns.RcodeNameError, "x. 60 IN SOA ns. host. 1 7200 900 1209600 60")(m)
+		}
+		return records(t, dns.RcodeSuccess, "x. 60 IN A 192.0.2.1")(m)
+	})
+	cfg := DefaultConfig()
+	cfg.Server = "dns://169.254.20.10:53"
+	cfg.Cache.Size = 2
+	cfg.Cache.NegativeSize = 1
+	r, set := newResolver(t, cfg, ex, &clock{t: time.Unix(1e9, 0)})
+	for _, name := range []string{"a.example.", "b.example.", "c.example.", "c.example.", "c.example.", "nx.example.", "nx.example."} {
+		serve(t, r, pack(t, name, dns.TypeA, nil), server.UDP)
+	}
+	st := r.Cache().Stats()
+	if st.Hits[0] == st.Hits[1] || st.Entries[0] == st.Entries[1] || st.Evictions[0] == st.Evictions[1] {
+		t.Fatalf("stats %+v: want different values per kind", st)
+	}
+	v := sharedmetrics.Values(set)
+	typed := func(family, typ string) string {
+		return sharedmetrics.Name(family, "server", cfg.Server, "type", typ, "zones", ".", "view", "")
+	}
+	plain := func(family string) string {
+		return sharedmetrics.Name(family, "server", cfg.Server, "zones", ".", "view", "")
+	}
+	want := map[string]float64{
+		plain("coredns_cache_misses_total"):   float64(st.Misses),
+		plain("coredns_cache_requests_total"): float64(st.Misses + st.Hits[0] + st.Hits[1]),
+	}
+	for k, typ := range []string{"success", "denial"} {
+		want[typed("coredns_cache_entries", typ)] = float64(st.Entries[k])
+		want[typed("coredns_cache_hits_total", typ)] = float64(st.Hits[k])
+		want[typed("coredns_cache_evictions_total", typ)] = float64(st.Evictions[k])
+	}
+	for name, w := range want {
+		if got, ok := v[name]; !ok || got != w {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, w)
+		}
+	}
+	n := 0
+	for name := range v {
+		if strings.HasPrefix(name, "coredns_cache_") && !strings.HasPrefix(name, "coredns_cache_prefetch_total") &&
+			!strings.HasPrefix(name, "coredns_cache_served_stale_total") {
+			n++
+		}
+	}
+	if n != len(want) {
+		t.Errorf("%d cache series, want %d", n, len(want))
 	}
 }
 
@@ -446,14 +531,10 @@ func TestReadmeListsMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, reg := newResolver(t, DefaultConfig(), &fakeExchanger{fn: records(t, 0)}, nil)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if !bytes.Contains(readme, []byte("`"+mf.GetName()+"{")) && !bytes.Contains(readme, []byte("`"+mf.GetName()+"`")) {
-			t.Errorf("README.md does not list %s", mf.GetName())
+	_, set := newResolver(t, DefaultConfig(), &fakeExchanger{fn: records(t, 0)}, nil)
+	for family := range families(t, set) {
+		if !bytes.Contains(readme, []byte("`"+family+"{")) && !bytes.Contains(readme, []byte("`"+family+"`")) {
+			t.Errorf("README.md does not list %s", family)
 		}
 	}
 }

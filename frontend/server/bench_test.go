@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/nodedns/nodedns/shared/metrics"
 )
 
 // echoHandler answers every query from ServeFast, as a cache hit would, so
@@ -24,7 +25,7 @@ func (*echoHandler) ServeFast(dst, req []byte, _ Proto) ([]byte, bool) { return 
 //
 //	go test ./frontend/server -run '^$' -bench UDPServeFast -benchtime 2000000x
 func BenchmarkUDPServeFast(b *testing.B) {
-	s, err := New(Config{Listen: []string{"127.0.0.1:0"}}, &echoHandler{}, zap.NewNop(), prometheus.NewRegistry())
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}}, &echoHandler{}, zap.NewNop(), metrics.NewSet())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,15 +1,41 @@
 package server
 
-import "context"
+import (
+	"context"
 
-// Proto is the transport a query arrived on.
+	"golang.org/x/sys/unix"
+)
+
+// Proto says how a query arrived: its transport (UDP or TCP), with the
+// IPv6 bit set when the client's address is IPv6. An IPv4-mapped address
+// on a dual-stack socket counts as IPv4, as CoreDNS counts it.
 type Proto uint8
 
-// Transports.
+// Transports, and the address family bit.
 const (
-	UDP Proto = iota
-	TCP
+	UDP  Proto = 0
+	TCP  Proto = 1
+	IPv6 Proto = 2
 )
+
+// IsTCP reports whether the query came over TCP.
+func (p Proto) IsTCP() bool { return p&TCP != 0 }
+
+// IsIPv6 reports whether the client's address is IPv6.
+func (p Proto) IsIPv6() bool { return p&IPv6 != 0 }
+
+// udpProto is the Proto of a datagram from sa.
+func udpProto(sa *unix.RawSockaddrInet6) Proto {
+	if sa.Family == unix.AF_INET6 && !isV4Mapped(sa.Addr) {
+		return UDP | IPv6
+	}
+	return UDP
+}
+
+// isV4Mapped reports whether a is ::ffff:a.b.c.d.
+func isV4Mapped(a [16]byte) bool {
+	return [12]byte(a[:12]) == [12]byte{10: 0xff, 11: 0xff}
+}
 
 // Handler answers DNS queries given as wire bytes. The server owns the
 // sockets; the handler owns everything DNS.

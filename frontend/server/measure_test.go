@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/nodedns/nodedns/shared/metrics"
 )
 
 // echoEnv makes the test binary an echo server on the address it holds
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 // echoServe serves echoHandler on addr, prints the bound address and runs
 // until stdin closes.
 func echoServe(addr string) int {
-	s, err := New(Config{Listen: []string{addr}}, &echoHandler{}, zap.NewNop(), prometheus.NewRegistry())
+	s, err := New(Config{Listen: []string{addr}}, &echoHandler{}, zap.NewNop(), metrics.NewSet())
 	if err == nil {
 		err = s.Start()
 	}

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	vm "github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 )
 
@@ -54,9 +54,9 @@ type Server struct {
 	closeOnce sync.Once
 }
 
-// New returns a Server for cfg that answers with h. Metrics are registered
-// on reg. It binds nothing: Start does.
-func New(cfg Config, h Handler, log *zap.Logger, reg prometheus.Registerer) (*Server, error) {
+// New returns a Server for cfg that answers with h. Its series are created
+// in set. It binds nothing: Start does.
+func New(cfg Config, h Handler, log *zap.Logger, set *vm.Set) (*Server, error) {
 	if h == nil {
 		return nil, errors.New("server: nil handler")
 	}
@@ -70,7 +70,7 @@ func New(cfg Config, h Handler, log *zap.Logger, reg prometheus.Registerer) (*Se
 		cfg:   cfg.withDefaults(),
 		h:     h,
 		log:   log,
-		m:     newMetrics(reg),
+		m:     newMetrics(set),
 		conns: make(map[*tcpConn]struct{}),
 	}
 	s.slowCtx, s.slowCancel = context.WithCancel(context.Background())

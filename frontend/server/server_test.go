@@ -4,17 +4,21 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/shared/metrics"
 )
 
 // fakeHandler answers by the first label of the query name:
@@ -92,13 +96,13 @@ func (f *fakeHandler) Overloaded(dst, req []byte) []byte {
 	return dst
 }
 
-func startServer(t testing.TB, cfg Config, h Handler) (*Server, *prometheus.Registry) {
+func startServer(t testing.TB, cfg Config, h Handler) (*Server, *vm.Set) {
 	t.Helper()
 	if cfg.Listen == nil {
 		cfg.Listen = []string{"127.0.0.1:0"}
 	}
-	reg := prometheus.NewRegistry()
-	s, err := New(cfg, h, zaptest.NewLogger(t), reg)
+	set := metrics.NewSet()
+	s, err := New(cfg, h, zaptest.NewLogger(t), set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +114,25 @@ func startServer(t testing.TB, cfg Config, h Handler) (*Server, *prometheus.Regi
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})
-	return s, reg
+	return s, set
 }
+
+// value returns the current value of the series name in set; a series
+// that does not exist fails the test.
+func value(t testing.TB, set *vm.Set, name string) float64 {
+	t.Helper()
+	v, ok := metrics.Values(set)[name]
+	if !ok {
+		t.Fatalf("no series %s", name)
+	}
+	return v
+}
+
+var (
+	udpIn  = metrics.Name("nodedns_server_packets_total", "proto", "udp", "direction", "in")
+	udpOut = metrics.Name("nodedns_server_packets_total", "proto", "udp", "direction", "out")
+	tcpOut = metrics.Name("nodedns_server_packets_total", "proto", "tcp", "direction", "out")
+)
 
 func exchange(t testing.TB, network, addr, name string) (*dns.Msg, error) {
 	t.Helper()
@@ -133,7 +154,7 @@ func mustExchange(t testing.TB, network, addr, name string) *dns.Msg {
 
 func TestServeUDPAndTCP(t *testing.T) {
 	h := &fakeHandler{}
-	s, reg := startServer(t, Config{UDPSockets: 2}, h)
+	s, set := startServer(t, Config{UDPSockets: 2}, h)
 	addr := s.Addrs()[0]
 	for _, network := range []string{"udp", "tcp"} {
 		for _, name := range []string{"hit.example.", "miss.example."} {
@@ -148,13 +169,19 @@ func TestServeUDPAndTCP(t *testing.T) {
 	if got := h.slow.Load(); got != 2 {
 		t.Errorf("ServeSlow calls = %d, want 2", got)
 	}
-	if got := testutil.ToFloat64(s.m.udpIn); got != 2 {
+	if got := value(t, set, udpIn); got != 2 {
 		t.Errorf("udp in = %v, want 2", got)
 	}
 	// Counted after the write returns, which may be after the client read.
-	waitFor(t, func() bool { return testutil.ToFloat64(s.m.tcpOut) == 2 && testutil.ToFloat64(s.m.udpOut) == 2 })
-	if n, err := testutil.GatherAndCount(reg, "nodedns_server_batch_size"); err != nil || n != 1 {
-		t.Errorf("batch_size series = %d, %v", n, err)
+	waitFor(t, func() bool { return value(t, set, tcpOut) == 2 && value(t, set, udpOut) == 2 })
+	n := 0
+	for name := range metrics.Values(set) {
+		if strings.HasPrefix(name, "nodedns_server_batch_size_count") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("batch_size series = %d, want 1", n)
 	}
 }
 
@@ -164,21 +191,87 @@ func TestServeIPv6(t *testing.T) {
 	} else {
 		c.Close()
 	}
-	s, _ := startServer(t, Config{Listen: []string{"127.0.0.1:0", "[::1]:0"}}, &fakeHandler{})
+	h := &protoRecorder{seen: map[string]Proto{}}
+	s, _ := startServer(t, Config{Listen: []string{"127.0.0.1:0", "[::1]:0"}}, h)
 	addrs := s.Addrs()
 	if len(addrs) != 2 {
 		t.Fatalf("Addrs = %v", addrs)
 	}
-	for _, a := range addrs {
+	for i, c := range []struct {
+		addr string
+		want Proto // of UDP; TCP adds the TCP bit
+	}{
+		{addrs[0], UDP},
+		{addrs[1], UDP | IPv6},
+	} {
 		for _, network := range []string{"udp", "tcp"} {
-			mustExchange(t, network, a, "hit.v6.")
-			mustExchange(t, network, a, "miss.v6.")
+			want := c.want
+			if network == "tcp" {
+				want |= TCP
+			}
+			for _, kind := range []string{"hit", "miss"} {
+				name := fmt.Sprintf("%s.%d.%s.", kind, i, network)
+				mustExchange(t, network, c.addr, name)
+				if got, ok := h.get(name); !ok || got != want {
+					t.Errorf("%s %s via %s: Proto %v (seen %v), want %v", network, name, c.addr, got, ok, want)
+				}
+			}
+		}
+	}
+}
+
+// protoRecorder is a fakeHandler that records the Proto of every query
+// by its first label.
+type protoRecorder struct {
+	fakeHandler
+	mu   sync.Mutex
+	seen map[string]Proto
+}
+
+func (p *protoRecorder) record(req []byte, proto Proto) {
+	m := new(dns.Msg)
+	if m.Unpack(req) == nil && len(m.Question) == 1 {
+		p.mu.Lock()
+		p.seen[m.Question[0].Name] = proto
+		p.mu.Unlock()
+	}
+}
+
+func (p *protoRecorder) get(name string) (Proto, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.seen[name]
+	return v, ok
+}
+
+func (p *protoRecorder) ServeFast(dst, req []byte, proto Proto) ([]byte, bool) {
+	p.record(req, proto)
+	return p.fakeHandler.ServeFast(dst, req, proto)
+}
+
+func (p *protoRecorder) ServeSlow(ctx context.Context, dst, req []byte, proto Proto) []byte {
+	p.record(req, proto)
+	return p.fakeHandler.ServeSlow(ctx, dst, req, proto)
+}
+
+func TestUDPProto(t *testing.T) {
+	v4 := unix.RawSockaddrInet6{Family: unix.AF_INET}
+	mapped := unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: [16]byte{10: 0xff, 11: 0xff, 12: 192, 15: 1}}
+	v6 := unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: [16]byte{0: 0xfd, 15: 1}}
+	almost := unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: [16]byte{9: 1, 10: 0xff, 11: 0xff, 15: 1}}
+	for _, c := range []struct {
+		name string
+		sa   unix.RawSockaddrInet6
+		want Proto
+	}{{"v4", v4, UDP}, {"mapped", mapped, UDP}, {"v6", v6, UDP | IPv6}, {"not mapped", almost, UDP | IPv6}} {
+		if got := udpProto(&c.sa); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
 }
 
 func TestPanicAnsweredServfail(t *testing.T) {
-	s, _ := startServer(t, Config{}, &fakeHandler{})
+	s, set := startServer(t, Config{}, &fakeHandler{})
 	addr := s.Addrs()[0]
 	for _, network := range []string{"udp", "tcp"} {
 		for _, name := range []string{"panic.example.", "slowpanic.example."} {
@@ -188,7 +281,7 @@ func TestPanicAnsweredServfail(t *testing.T) {
 			}
 		}
 	}
-	if got := testutil.ToFloat64(s.m.panics); got != 4 {
+	if got := value(t, set, "nodedns_server_panics_total"); got != 4 {
 		t.Errorf("panics = %v, want 4", got)
 	}
 	// Still serving.
@@ -215,7 +308,7 @@ func TestDropped(t *testing.T) {
 }
 
 func TestMalformedPackets(t *testing.T) {
-	s, _ := startServer(t, Config{}, &fakeHandler{})
+	s, set := startServer(t, Config{}, &fakeHandler{})
 	addr := s.Addrs()[0]
 	c, err := net.Dial("udp", addr)
 	if err != nil {
@@ -243,17 +336,17 @@ func TestMalformedPackets(t *testing.T) {
 	mustExchange(t, "udp", addr, "hit.still.serving.")
 	mustExchange(t, "tcp", addr, "hit.still.serving.")
 	// The runts may have gone to another of the SO_REUSEPORT sockets.
-	waitFor(t, func() bool { return testutil.ToFloat64(s.m.dropped) >= 3 })
+	waitFor(t, func() bool { return value(t, set, "nodedns_server_dropped_total") >= 3 })
 }
 
 func TestOverloaded(t *testing.T) {
 	h := &fakeHandler{gate: make(chan struct{})}
-	s, reg := startServer(t, Config{MaxInflight: 1}, h)
+	s, set := startServer(t, Config{MaxInflight: 1}, h)
 	addr := s.Addrs()[0]
 	first := make(chan *dns.Msg, 1)
 	go func() { r, _ := exchange(t, "udp", addr, "miss.one."); first <- r }()
 	waitFor(t, func() bool { return h.slow.Load() == 1 })
-	if v := testutil.ToFloat64(s.m.inflight); v != 1 {
+	if v := value(t, set, "nodedns_server_inflight"); v != 1 {
 		t.Errorf("inflight gauge = %v, want 1", v)
 	}
 	for _, network := range []string{"udp", "tcp"} {
@@ -266,16 +359,19 @@ func TestOverloaded(t *testing.T) {
 	if r := <-first; r == nil || r.Rcode != dns.RcodeSuccess {
 		t.Errorf("first miss: %v", r)
 	}
-	if got := testutil.ToFloat64(s.m.overloaded); got != 2 {
+	if got := value(t, set, "nodedns_server_overloaded_total"); got != 2 {
 		t.Errorf("overloaded = %v, want 2", got)
 	}
-	waitFor(t, func() bool { return testutil.ToFloat64(s.m.inflight) == 0 })
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+	waitFor(t, func() bool { return value(t, set, "nodedns_server_inflight") == 0 })
+	want := `
 # HELP nodedns_server_overloaded_total Misses answered without resolution because max-inflight misses were already running.
 # TYPE nodedns_server_overloaded_total counter
 nodedns_server_overloaded_total 2
-`), "nodedns_server_overloaded_total"); err != nil {
-		t.Error(err)
+`
+	rec := httptest.NewRecorder()
+	metrics.Handler(set).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("/metrics lacks%s", want)
 	}
 }
 
@@ -309,18 +405,18 @@ func TestTCPPipelineOutOfOrder(t *testing.T) {
 }
 
 func TestTCPIdleTimeout(t *testing.T) {
-	s, _ := startServer(t, Config{TCPIdleTimeout: 100 * time.Millisecond}, &fakeHandler{})
+	s, set := startServer(t, Config{TCPIdleTimeout: 100 * time.Millisecond}, &fakeHandler{})
 	c, err := net.Dial("tcp", s.Addrs()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor(t, func() bool { return testutil.ToFloat64(s.m.tcpConns) == 1 })
+	waitFor(t, func() bool { return value(t, set, "nodedns_server_tcp_connections") == 1 })
 	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("read from an idle connection: want EOF")
 	}
-	waitFor(t, func() bool { return testutil.ToFloat64(s.m.tcpConns) == 0 })
+	waitFor(t, func() bool { return value(t, set, "nodedns_server_tcp_connections") == 0 })
 }
 
 // TestTCPIdleWhileMissPending keeps a connection open past the idle timeout
@@ -335,13 +431,13 @@ func TestTCPIdleWhileMissPending(t *testing.T) {
 }
 
 func TestTCPConnLimit(t *testing.T) {
-	s, _ := startServer(t, Config{MaxTCPConns: 1}, &fakeHandler{})
+	s, set := startServer(t, Config{MaxTCPConns: 1}, &fakeHandler{})
 	c1, err := net.Dial("tcp", s.Addrs()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c1.Close()
-	waitFor(t, func() bool { return testutil.ToFloat64(s.m.tcpConns) == 1 })
+	waitFor(t, func() bool { return value(t, set, "nodedns_server_tcp_connections") == 1 })
 	c2, err := net.Dial("tcp", s.Addrs()[0])
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +447,7 @@ func TestTCPConnLimit(t *testing.T) {
 	if _, err := c2.Read(make([]byte, 1)); err == nil {
 		t.Fatal("second connection: want it closed")
 	}
-	if got := testutil.ToFloat64(s.m.tcpRejected); got != 1 {
+	if got := value(t, set, "nodedns_server_tcp_rejected_total"); got != 1 {
 		t.Errorf("rejected = %v, want 1", got)
 	}
 }
@@ -364,7 +460,7 @@ func TestAddressInUse(t *testing.T) {
 	}
 	defer pc.Close()
 	addr := pc.LocalAddr().String()
-	s, err := New(Config{Listen: []string{addr}}, &fakeHandler{}, nil, prometheus.NewRegistry())
+	s, err := New(Config{Listen: []string{addr}}, &fakeHandler{}, nil, metrics.NewSet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,8 +502,7 @@ func TestValidate(t *testing.T) {
 // goes out, and Shutdown returns only after it.
 func TestShutdownDrains(t *testing.T) {
 	h := &fakeHandler{delay: 200 * time.Millisecond}
-	reg := prometheus.NewRegistry()
-	s, err := New(Config{Listen: []string{"127.0.0.1:0"}}, h, zaptest.NewLogger(t), reg)
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}}, h, zaptest.NewLogger(t), metrics.NewSet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,7 +724,7 @@ func TestFreeBind(t *testing.T) {
 					c.Close()
 				}
 			}
-			s, err := New(Config{Listen: []string{addr}}, &fakeHandler{}, nil, prometheus.NewRegistry())
+			s, err := New(Config{Listen: []string{addr}}, &fakeHandler{}, nil, metrics.NewSet())
 			if err != nil {
 				t.Fatal(err)
 			}

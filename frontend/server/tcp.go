@@ -34,7 +34,7 @@ func (s *Server) acceptLoop(l net.Listener) {
 			_ = c.Close()
 			continue
 		}
-		tc := &tcpConn{s: s, conn: c, slots: make(chan struct{}, maxPendingPerConn)}
+		tc := &tcpConn{s: s, conn: c, proto: tcpProto(c), slots: make(chan struct{}, maxPendingPerConn)}
 		s.mu.Lock()
 		if s.stopping.Load() {
 			s.mu.Unlock()
@@ -50,12 +50,21 @@ func (s *Server) acceptLoop(l net.Listener) {
 	}
 }
 
+// tcpProto is the Proto of queries on c.
+func tcpProto(c net.Conn) Proto {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && a.IP.To4() == nil {
+		return TCP | IPv6
+	}
+	return TCP
+}
+
 // tcpConn is one client connection (RFC 7766): queries are read in order
 // and answered as they resolve, hits inline, misses on goroutines, so a
 // pipelined slow query does not hold up the ones behind it (section 6.2.1.1).
 type tcpConn struct {
 	s       *Server
 	conn    net.Conn
+	proto   Proto          // TCP, with IPv6 for an IPv6 client
 	pending sync.WaitGroup // misses whose answer is not written yet
 	npend   atomic.Int32
 	slots   chan struct{} // one per pending miss; bounds a connection's share
@@ -107,7 +116,7 @@ func (c *tcpConn) serve() {
 			continue
 		}
 		bp := s.bigBufs.Get().(*[]byte)
-		resp, ok := s.serveFast((*bp)[:0], req, TCP)
+		resp, ok := s.serveFast((*bp)[:0], req, c.proto)
 		if !ok {
 			if s.acquire() {
 				c.miss(req)
@@ -147,7 +156,7 @@ func (c *tcpConn) miss(req []byte) {
 
 func (j *missJob) runTCP() {
 	s, c := j.s, j.c
-	resp := s.serveSlow(j.dst, j.req, TCP)
+	resp := s.serveSlow(j.dst, j.req, c.proto)
 	s.release()
 	c.write(resp)
 	c.npend.Add(-1)

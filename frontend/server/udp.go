@@ -161,8 +161,8 @@ func (u *udpSocket) serve() {
 // in one sendmmsg at the end, misses on goroutines of their own.
 func (u *udpSocket) handleBatch(n int) {
 	s := u.s
-	s.m.udpIn.Add(float64(n))
-	s.m.batch.Observe(float64(n))
+	s.m.udpIn.Add(n)
+	s.m.batch.Update(float64(n))
 	u.arena, u.pending = u.arena[:0], 0
 	for i := range n {
 		h := &u.rhdr[i]
@@ -172,7 +172,7 @@ func (u *udpSocket) handleBatch(n int) {
 		}
 		off := i * maxUDPRequest
 		req := u.rbuf[off : off+int(h.Len) : off+maxUDPRequest]
-		resp, ok := s.serveFast(u.scratch, req, UDP)
+		resp, ok := s.serveFast(u.scratch, req, udpProto(&u.names[i]))
 		if !ok {
 			if s.acquire() {
 				u.miss(req, i)
@@ -221,7 +221,7 @@ func (u *udpSocket) flush() {
 	u.wfrom = 0
 	for u.wfrom < u.pending {
 		if err := u.rc.Write(u.writeFn); err != nil {
-			s.m.udpWriteErr.Add(float64(u.pending - u.wfrom))
+			s.m.udpWriteErr.Add(u.pending - u.wfrom)
 			s.log.Debug("udp write", zap.String("addr", u.local), zap.Error(err))
 			break
 		}
@@ -233,7 +233,7 @@ func (u *udpSocket) flush() {
 			u.wfrom++
 			continue
 		}
-		s.m.udpOut.Add(float64(u.wsent))
+		s.m.udpOut.Add(u.wsent)
 		u.wfrom += u.wsent
 	}
 	u.arena, u.pending = u.arena[:0], 0
@@ -320,7 +320,7 @@ func (j *missJob) sendto(fd uintptr) bool {
 func (j *missJob) runUDP() {
 	s, u := j.s, j.u
 	defer s.misses.Done()
-	resp := s.serveSlow(j.dst, j.req, UDP)
+	resp := s.serveSlow(j.dst, j.req, udpProto(&j.name))
 	s.release()
 	if len(resp) > 0 {
 		j.resp = resp

@@ -95,13 +95,13 @@ func (c *coreDNS) stop() {
 // connections and starts it again: no exchange after the restart fails.
 func TestCoreDNSRestart(t *testing.T) {
 	c := startCoreDNS(t)
-	p, _ := newPool(t, Config{Backend: c.addr})
+	p, set := newPool(t, Config{Backend: c.addr})
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() { exchange(t, p, "w"+strconv.Itoa(i)+".example.") })
 	}
 	wg.Wait()
-	open := value(t, p.m.connsOpen)
+	open := value(t, set, "nodedns_upstream_conns_open")
 	c.stop()
 	c.start()
 	for i := range 8 {
@@ -109,7 +109,7 @@ func TestCoreDNSRestart(t *testing.T) {
 			t.Fatalf("answer %q", got)
 		}
 	}
-	if n := value(t, p.m.requests.WithLabelValues("backend", "error")); n != 0 {
+	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "error"); n != 0 {
 		t.Errorf("requests_total{backend,error} = %v after a restart with %v pooled connections", n, open)
 	}
 }

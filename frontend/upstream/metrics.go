@@ -1,7 +1,10 @@
 package upstream
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
+	"fmt"
+	"strings"
+
+	vm "github.com/VictoriaMetrics/metrics"
 
 	"github.com/nodedns/nodedns/shared/metrics"
 )
@@ -20,57 +23,76 @@ const (
 	resultOverloaded = "overloaded"
 )
 
+// Series families.
+const (
+	familyRequests  = metrics.Namespace + "_upstream_requests_total"
+	familyDuration  = metrics.Namespace + "_upstream_request_duration_seconds"
+	familyCoalesced = metrics.Namespace + "_upstream_coalesced_total"
+	familyHealthy   = metrics.Namespace + "_upstream_healthy"
+	familyConnsOpen = metrics.Namespace + "_upstream_conns_open"
+	familyFallback  = metrics.Namespace + "_upstream_fallback_total"
+)
+
 type poolMetrics struct {
-	requests  *prometheus.CounterVec   // upstream, result
-	duration  *prometheus.HistogramVec // upstream
-	coalesced prometheus.Counter
-	healthy   *prometheus.GaugeVec // upstream, address
-	connsOpen prometheus.Gauge
-	fallback  prometheus.Counter
+	kinds     map[string]*kindMetrics // by upstream label value; read-only after newMetrics
+	coalesced *vm.Counter
+	connsOpen *vm.Gauge
+	fallback  *vm.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, addrs []*address) (*poolMetrics, error) {
+// kindMetrics are the series of one value of the upstream label.
+type kindMetrics struct {
+	// nodedns_upstream_requests_total by result
+	ok, err, timeout, overloaded *vm.Counter
+	// nodedns_upstream_request_duration_seconds
+	duration *vm.PrometheusHistogram
+}
+
+// newMetrics creates the pool's series in set, and one
+// nodedns_upstream_healthy series per address, set to 1. It fails if set
+// already holds any of them (a second pool on the same set).
+func newMetrics(set *vm.Set, addrs []*address) (*poolMetrics, error) {
+	families := []string{familyRequests, familyDuration, familyCoalesced, familyHealthy, familyConnsOpen, familyFallback}
+	for _, name := range set.ListMetricNames() {
+		for _, f := range families {
+			if name == f || strings.HasPrefix(name, f+"{") {
+				return nil, fmt.Errorf("series %s is already registered", name)
+			}
+		}
+	}
+
+	metrics.Help(familyRequests, "Attempts to exchange a query with an upstream address, by upstream kind and result.")
+	metrics.Help(familyDuration, "Duration of one attempt on one upstream address, dial included.")
+	metrics.Help(familyCoalesced, "Queries that waited for an identical in-flight exchange instead of sending their own.")
+	metrics.Help(familyHealthy, "1 when the upstream address is in use, 0 while it is marked down and backing off.")
+	metrics.Help(familyConnsOpen, "Open TCP connections to upstream addresses, idle and busy.")
+	metrics.Help(familyFallback, "Exchanges answered by a fallback address instead of the backend.")
+
+	// 50µs (pooled loopback) to ~4s (beyond the attempt timeout).
+	buckets := vm.ExponentialBuckets(0.00005, 2.5, 13)
 	m := &poolMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metrics.Namespace, Subsystem: "upstream", Name: "requests_total",
-			Help: "Attempts to exchange a query with an upstream address, by upstream kind and result.",
-		}, []string{"upstream", "result"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: metrics.Namespace, Subsystem: "upstream", Name: "request_duration_seconds",
-			Help: "Duration of one attempt on one upstream address, dial included.",
-			// 50µs (pooled loopback) to ~4s (beyond the attempt timeout).
-			Buckets: prometheus.ExponentialBuckets(0.00005, 2.5, 13),
-		}, []string{"upstream"}),
-		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metrics.Namespace, Subsystem: "upstream", Name: "coalesced_total",
-			Help: "Queries that waited for an identical in-flight exchange instead of sending their own.",
-		}),
-		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: metrics.Namespace, Subsystem: "upstream", Name: "healthy",
-			Help: "1 when the upstream address is in use, 0 while it is marked down and backing off.",
-		}, []string{"upstream", "address"}),
-		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: metrics.Namespace, Subsystem: "upstream", Name: "conns_open",
-			Help: "Open TCP connections to upstream addresses, idle and busy.",
-		}),
-		fallback: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metrics.Namespace, Subsystem: "upstream", Name: "fallback_total",
-			Help: "Exchanges answered by a fallback address instead of the backend.",
-		}),
+		coalesced: set.NewCounter(familyCoalesced),
+		connsOpen: set.NewGauge(familyConnsOpen, nil),
+		fallback:  set.NewCounter(familyFallback),
+		kinds:     map[string]*kindMetrics{},
 	}
 	for _, k := range []string{kindBackend, kindFallback} {
-		for _, r := range []string{resultOK, resultError, resultTimeout, resultOverloaded} {
-			m.requests.WithLabelValues(k, r)
-		}
-		m.duration.WithLabelValues(k)
+		km := &kindMetrics{}
+		m.kinds[k] = km
+		km.ok = set.NewCounter(metrics.Name(familyRequests, "upstream", k, "result", resultOK))
+		km.err = set.NewCounter(metrics.Name(familyRequests, "upstream", k, "result", resultError))
+		km.timeout = set.NewCounter(metrics.Name(familyRequests, "upstream", k, "result", resultTimeout))
+		km.overloaded = set.NewCounter(metrics.Name(familyRequests, "upstream", k, "result", resultOverloaded))
+		km.duration = set.NewPrometheusHistogramExt(metrics.Name(familyDuration, "upstream", k), buckets)
 	}
 	for _, a := range addrs {
-		m.healthy.WithLabelValues(a.kind, a.addr).Set(1)
+		a.km = m.kinds[a.kind]
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.coalesced, m.healthy, m.connsOpen, m.fallback} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	for _, a := range addrs {
+		// Config.Validate rejects an address listed twice, so each
+		// (upstream, address) pair is new here.
+		a.healthy = set.NewGauge(metrics.Name(familyHealthy, "upstream", a.kind, "address", a.addr), nil)
+		a.healthy.Set(1)
 	}
 	return m, nil
 }

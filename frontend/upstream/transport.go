@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
 )
 
@@ -30,6 +31,8 @@ type address struct {
 	maxIdle int
 	health  health
 	m       *poolMetrics
+	km      *kindMetrics // the series of kind
+	healthy *vm.Gauge    // nodedns_upstream_healthy of this address
 	dialer  net.Dialer
 
 	mu     sync.Mutex

@@ -18,8 +18,8 @@ import (
 	"sync"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -70,8 +70,9 @@ type flightKey struct {
 	do, cd bool
 }
 
-// New returns a Pool for cfg, registering its metrics on reg.
-func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) (*Pool, error) {
+// New returns a Pool for cfg, creating its series in set. It fails if set
+// already holds them.
+func New(cfg Config, log *zap.Logger, set *vm.Set) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("upstream config: %w", err)
 	}
@@ -94,8 +95,9 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) (*Pool, error) {
 			health: health{threshold: cfg.FailThreshold, backoffMin: cfg.BackoffMin, backoffMax: cfg.BackoffMax},
 		})
 	}
-	m, err := newMetrics(reg, p.addrs)
+	m, err := newMetrics(set, p.addrs)
 	if err != nil {
+		p.cancel()
 		return nil, fmt.Errorf("upstream metrics: %w", err)
 	}
 	p.m = m
@@ -136,7 +138,7 @@ func (p *Pool) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 		}
 		if p.inflight >= p.cfg.MaxInflight {
 			p.mu.Unlock()
-			p.m.requests.WithLabelValues(p.first().kind, resultOverloaded).Inc()
+			p.first().km.overloaded.Inc()
 			return nil, ErrOverloaded
 		}
 		p.inflight++
@@ -213,11 +215,11 @@ func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
 		binary.BigEndian.PutUint16(wire[2:], id)
 		r, err := a.exchange(p.ctx, start, wire, id, q)
 		end := p.now()
-		p.m.duration.WithLabelValues(a.kind).Observe(end.Sub(start).Seconds())
+		a.km.duration.Update(end.Sub(start).Seconds())
 		if err == nil {
-			p.m.requests.WithLabelValues(a.kind, resultOK).Inc()
+			a.km.ok.Inc()
 			if a.health.success(end) {
-				p.m.healthy.WithLabelValues(a.kind, a.addr).Set(1)
+				a.healthy.Set(1)
 				p.log.Info("upstream is answering again", zap.String("upstream", a.kind), zap.String("address", a.addr))
 			}
 			if i > 0 {
@@ -233,14 +235,14 @@ func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
 		if p.ctx.Err() != nil {
 			return nil, errors.Join(ErrClosed, err)
 		}
-		result := resultError
 		if Reason(err) == ReasonTimeout {
-			result = resultTimeout
+			a.km.timeout.Inc()
+		} else {
+			a.km.err.Inc()
 		}
-		p.m.requests.WithLabelValues(a.kind, result).Inc()
 		if a.health.failure(start, end, err) {
 			a.flush()
-			p.m.healthy.WithLabelValues(a.kind, a.addr).Set(0)
+			a.healthy.Set(0)
 			p.log.Warn("upstream marked down", zap.String("upstream", a.kind), zap.String("address", a.addr),
 				zap.String("reason", Reason(err)), zap.Error(err))
 		}

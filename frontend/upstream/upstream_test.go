@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/shared/dnstest"
+	"github.com/nodedns/nodedns/shared/metrics"
 )
 
 // backend is a fake upstream: it answers every A query with addr and
@@ -122,15 +123,15 @@ func blackhole(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func newPool(t testing.TB, cfg Config) (*Pool, *prometheus.Registry) {
+func newPool(t testing.TB, cfg Config) (*Pool, *vm.Set) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	p, err := New(cfg, zap.NewNop(), reg)
+	set := metrics.NewSet()
+	p, err := New(cfg, zap.NewNop(), set)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	return p, reg
+	return p, set
 }
 
 func exchange(t *testing.T, p *Pool, name string) *dns.Msg {
@@ -153,7 +154,7 @@ func answeredBy(r *dns.Msg) string {
 func TestExchangeReusesConnection(t *testing.T) {
 	b := &backend{ip: net.IPv4(10, 0, 0, 1)}
 	addr, _ := serveTCP(t, "127.0.0.1:0", b, &b.accepted)
-	p, reg := newPool(t, Config{Backend: addr})
+	p, set := newPool(t, Config{Backend: addr})
 	for i := range 20 {
 		r := exchange(t, p, "svc.example.")
 		if got := answeredBy(r); got != "10.0.0.1" {
@@ -163,21 +164,18 @@ func TestExchangeReusesConnection(t *testing.T) {
 	if n := b.accepted.Load(); n != 1 {
 		t.Errorf("backend accepted %d connections for 20 sequential queries, want 1", n)
 	}
-	if n := value(t, p.m.connsOpen); n != 1 {
+	if n := value(t, set, "nodedns_upstream_conns_open"); n != 1 {
 		t.Errorf("conns_open = %v, want 1", n)
 	}
-	if n := value(t, p.m.requests.WithLabelValues("backend", "ok")); n != 20 {
+	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "ok"); n != 20 {
 		t.Errorf("requests_total{backend,ok} = %v, want 20", n)
-	}
-	if _, err := reg.Gather(); err != nil {
-		t.Error(err)
 	}
 }
 
 func TestExchangeSurvivesBackendRestart(t *testing.T) {
 	b := &backend{ip: net.IPv4(10, 0, 0, 1)}
 	addr, stop := serveTCP(t, "127.0.0.1:0", b, &b.accepted)
-	p, _ := newPool(t, Config{Backend: addr})
+	p, set := newPool(t, Config{Backend: addr})
 	// Two connections in the pool, both of which die with the backend.
 	b.block = make(chan struct{})
 	var wg sync.WaitGroup
@@ -198,10 +196,10 @@ func TestExchangeSurvivesBackendRestart(t *testing.T) {
 	if got := answeredBy(r); got != "10.0.0.1" {
 		t.Fatalf("answer after restart %q", got)
 	}
-	if n := value(t, p.m.requests.WithLabelValues("backend", "error")); n != 0 {
+	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "error"); n != 0 {
 		t.Errorf("requests_total{backend,error} = %v, want 0: a dead pooled connection must be retried", n)
 	}
-	if n := value(t, p.m.connsOpen); n != 1 {
+	if n := value(t, set, "nodedns_upstream_conns_open"); n != 1 {
 		t.Errorf("conns_open = %v, want 1 (dead pooled connections flushed)", n)
 	}
 	if n := b.accepted.Load(); n != 3 {
@@ -212,7 +210,7 @@ func TestExchangeSurvivesBackendRestart(t *testing.T) {
 func TestExchangeCoalescesIdenticalQueries(t *testing.T) {
 	b := &backend{ip: net.IPv4(10, 0, 0, 1), block: make(chan struct{})}
 	srv := dnstest.Start(t, b)
-	p, _ := newPool(t, Config{Backend: srv.Addr})
+	p, set := newPool(t, Config{Backend: srv.Addr})
 
 	const n = 16
 	names := []string{"svc.example.", "SVC.Example."} // case does not split the flight (RFC 4343)
@@ -229,7 +227,7 @@ func TestExchangeCoalescesIdenticalQueries(t *testing.T) {
 			res[i] = r
 		})
 	}
-	for value(t, p.m.coalesced) < n-1 {
+	for value(t, set, "nodedns_upstream_coalesced_total") < n-1 {
 		time.Sleep(time.Millisecond)
 	}
 	close(b.block)
@@ -262,7 +260,7 @@ func TestExchangeCoalescesIdenticalQueries(t *testing.T) {
 func TestExchangeCallerCancelDoesNotCancelOthers(t *testing.T) {
 	b := &backend{ip: net.IPv4(10, 0, 0, 1), block: make(chan struct{})}
 	srv := dnstest.Start(t, b)
-	p, _ := newPool(t, Config{Backend: srv.Addr})
+	p, set := newPool(t, Config{Backend: srv.Addr})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)
@@ -275,7 +273,7 @@ func TestExchangeCallerCancelDoesNotCancelOthers(t *testing.T) {
 		_, err := p.Exchange(context.Background(), dnstest.Query("x.example.", dns.TypeA))
 		second <- err
 	}()
-	for value(t, p.m.coalesced) < 1 {
+	for value(t, set, "nodedns_upstream_coalesced_total") < 1 {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
@@ -306,12 +304,12 @@ func TestExchangeRejectsMismatch(t *testing.T) {
 				tc.mangle(m)
 				_ = w.WriteMsg(m)
 			}))
-			p, _ := newPool(t, Config{Backend: srv.Addr})
+			p, set := newPool(t, Config{Backend: srv.Addr})
 			_, err := p.Exchange(context.Background(), dnstest.Query("q.example.", dns.TypeA))
 			if !errors.Is(err, ErrMismatch) || Reason(err) != ReasonMismatch {
 				t.Fatalf("err = %v, want ErrMismatch", err)
 			}
-			if n := value(t, p.m.connsOpen); n != 0 {
+			if n := value(t, set, "nodedns_upstream_conns_open"); n != 0 {
 				t.Errorf("conns_open = %v: a connection out of step must be closed", n)
 			}
 		})
@@ -334,7 +332,7 @@ func TestExchangeAcceptsErrorWithoutQuestion(t *testing.T) {
 
 func TestExchangeTimeout(t *testing.T) {
 	addr := blackhole(t)
-	p, _ := newPool(t, Config{Backend: addr, Timeout: 100 * time.Millisecond})
+	p, set := newPool(t, Config{Backend: addr, Timeout: 100 * time.Millisecond})
 	start := time.Now()
 	_, err := p.Exchange(context.Background(), dnstest.Query("q.example.", dns.TypeA))
 	if Reason(err) != ReasonTimeout {
@@ -347,7 +345,7 @@ func TestExchangeTimeout(t *testing.T) {
 	if !errors.As(err, &ue) || ue.Addr != addr || ue.Upstream != "backend" {
 		t.Errorf("error %v does not name the backend", err)
 	}
-	if n := value(t, p.m.requests.WithLabelValues("backend", "timeout")); n != 1 {
+	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "timeout"); n != 1 {
 		t.Errorf("requests_total{backend,timeout} = %v", n)
 	}
 }
@@ -355,7 +353,7 @@ func TestExchangeTimeout(t *testing.T) {
 func TestExchangeOverloaded(t *testing.T) {
 	b := &backend{ip: net.IPv4(10, 0, 0, 1), block: make(chan struct{})}
 	srv := dnstest.Start(t, b)
-	p, _ := newPool(t, Config{Backend: srv.Addr, MaxInflight: 2})
+	p, set := newPool(t, Config{Backend: srv.Addr, MaxInflight: 2})
 	var wg sync.WaitGroup
 	for _, n := range []string{"a.example.", "b.example."} {
 		wg.Go(func() { exchange(t, p, n) })
@@ -382,7 +380,7 @@ func TestExchangeOverloaded(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("coalesced query at the bound: %v", err)
 	}
-	if n := value(t, p.m.requests.WithLabelValues("backend", "overloaded")); n != 1 {
+	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "overloaded"); n != 1 {
 		t.Errorf("requests_total{backend,overloaded} = %v, want 1", n)
 	}
 	exchange(t, p, "d.example.") // room again
@@ -391,12 +389,12 @@ func TestExchangeOverloaded(t *testing.T) {
 func TestExchangeFallsBackWhenBackendDown(t *testing.T) {
 	fb := dnstest.Start(t, &backend{ip: net.IPv4(10, 0, 0, 2)})
 	dead := deadAddr(t)
-	p, _ := newPool(t, Config{Backend: dead, Fallbacks: []string{deadAddr(t), fb.Addr}})
+	p, set := newPool(t, Config{Backend: dead, Fallbacks: []string{deadAddr(t), fb.Addr}})
 	r := exchange(t, p, "q.example.")
 	if got := answeredBy(r); got != "10.0.0.2" {
 		t.Fatalf("answered by %q, want the second fallback", got)
 	}
-	if n := value(t, p.m.fallback); n != 1 {
+	if n := value(t, set, "nodedns_upstream_fallback_total"); n != 1 {
 		t.Errorf("fallback_total = %v, want 1", n)
 	}
 	s := p.Status()
@@ -432,7 +430,7 @@ func TestBackoffSkipsDeadBackend(t *testing.T) {
 	const timeout = 150 * time.Millisecond
 	hung := blackhole(t)
 	fb := dnstest.Start(t, &backend{ip: net.IPv4(10, 0, 0, 2)})
-	p, _ := newPool(t, Config{Backend: hung, Fallbacks: []string{fb.Addr}, Timeout: timeout, FailThreshold: 2})
+	p, set := newPool(t, Config{Backend: hung, Fallbacks: []string{fb.Addr}, Timeout: timeout, FailThreshold: 2})
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
 	p.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -450,7 +448,7 @@ func TestBackoffSkipsDeadBackend(t *testing.T) {
 	if p.Status().BackendHealthy {
 		t.Fatal("backend still healthy after 2 timeouts")
 	}
-	if n := value(t, p.m.healthy.WithLabelValues("backend", hung)); n != 0 {
+	if n := value(t, set, "nodedns_upstream_healthy", "upstream", "backend", "address", hung); n != 0 {
 		t.Errorf("healthy{backend} = %v", n)
 	}
 	for i := range 10 {
@@ -474,7 +472,7 @@ func TestBackoffSkipsDeadBackend(t *testing.T) {
 	if d := time.Since(start); d >= timeout {
 		t.Errorf("query took %v during the doubled backoff", d)
 	}
-	if n := value(t, p.m.requests.WithLabelValues("backend", "timeout")); n != 3 {
+	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "timeout"); n != 3 {
 		t.Errorf("requests_total{backend,timeout} = %v, want 3", n)
 	}
 }
@@ -482,7 +480,7 @@ func TestBackoffSkipsDeadBackend(t *testing.T) {
 func TestBackendPreferredAfterRecovery(t *testing.T) {
 	fb := dnstest.Start(t, &backend{ip: net.IPv4(10, 0, 0, 2)})
 	addr := deadAddr(t)
-	p, _ := newPool(t, Config{Backend: addr, Fallbacks: []string{fb.Addr}})
+	p, set := newPool(t, Config{Backend: addr, Fallbacks: []string{fb.Addr}})
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
 	p.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -509,7 +507,7 @@ func TestBackendPreferredAfterRecovery(t *testing.T) {
 	if !s.BackendHealthy || s.UsingKind != "backend" {
 		t.Errorf("status %+v", s)
 	}
-	if n := value(t, p.m.healthy.WithLabelValues("backend", addr)); n != 1 {
+	if n := value(t, set, "nodedns_upstream_healthy", "upstream", "backend", "address", addr); n != 1 {
 		t.Errorf("healthy{backend} = %v", n)
 	}
 }
@@ -541,10 +539,10 @@ func TestBackendUpSkipsBackoff(t *testing.T) {
 func TestIdleConnectionsExpire(t *testing.T) {
 	b := &backend{ip: net.IPv4(10, 0, 0, 1)}
 	addr, _ := serveTCP(t, "127.0.0.1:0", b, &b.accepted)
-	p, _ := newPool(t, Config{Backend: addr, IdleTimeout: 50 * time.Millisecond})
+	p, set := newPool(t, Config{Backend: addr, IdleTimeout: 50 * time.Millisecond})
 	exchange(t, p, "q.example.")
 	deadline := time.Now().Add(2 * time.Second)
-	for value(t, p.m.connsOpen) != 0 {
+	for value(t, set, "nodedns_upstream_conns_open") != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("idle connection not closed")
 		}
@@ -560,7 +558,7 @@ func TestClose(t *testing.T) {
 	b := &backend{ip: net.IPv4(10, 0, 0, 1), block: make(chan struct{})}
 	srv := dnstest.Start(t, b)
 	t.Cleanup(func() { close(b.block) }) // before the server's cleanup: it waits for the handler
-	p, _ := newPool(t, Config{Backend: srv.Addr})
+	p, set := newPool(t, Config{Backend: srv.Addr})
 	done := make(chan error, 1)
 	go func() {
 		_, err := p.Exchange(context.Background(), dnstest.Query("q.example.", dns.TypeA))
@@ -578,7 +576,7 @@ func TestClose(t *testing.T) {
 	if _, err := p.Exchange(context.Background(), dnstest.Query("q.example.", dns.TypeA)); !errors.Is(err, ErrClosed) {
 		t.Errorf("exchange after Close: %v", err)
 	}
-	if n := value(t, p.m.connsOpen); n != 0 {
+	if n := value(t, set, "nodedns_upstream_conns_open"); n != 0 {
 		t.Errorf("conns_open = %v after Close", n)
 	}
 }

@@ -1,13 +1,23 @@
-// Package metrics holds what the nodedns processes share for Prometheus:
-// the namespaces, a registry constructor and the HTTP handler.
+// Package metrics holds what the nodedns frontend's packages share for
+// Prometheus: the namespaces, series names, help texts, the /metrics handler
+// and a reader of a set's current values.
+//
+// Series live in github.com/VictoriaMetrics/metrics sets: counters, gauges
+// and Prometheus histograms without the reflection and protobuf machinery
+// of the Prometheus client, which would add about 2.4 MB to the binary that
+// runs on every node, nearly all of it resident.
 package metrics
 
 import (
+	"bufio"
+	"bytes"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	vm "github.com/VictoriaMetrics/metrics"
 )
 
 const (
@@ -18,18 +28,129 @@ const (
 	CoreDNSNamespace = "coredns"
 )
 
-// NewRegistry returns a registry with the Go runtime and process collectors.
-// Each process (and each test) owns its registry; nothing uses the global one.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
-	return reg
+func init() {
+	// # TYPE lines, so that Prometheus knows counters from gauges.
+	vm.ExposeMetadata(true)
 }
 
-// Handler serves reg in the Prometheus text format.
-func Handler(reg *prometheus.Registry) http.Handler {
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+// NewSet returns an empty set. Each process (and each test) owns its set;
+// nothing uses the library's global one.
+func NewSet() *vm.Set { return vm.NewSet() }
+
+// Name returns the series name family{k1="v1",k2="v2"} for labels given as
+// key, value pairs, in that order, with values escaped as the text format
+// requires. Name panics on an odd number of label arguments.
+func Name(family string, labels ...string) string {
+	if len(labels)%2 != 0 {
+		panic("metrics.Name: odd number of label arguments for " + family)
+	}
+	if len(labels) == 0 {
+		return family
+	}
+	var b strings.Builder
+	b.WriteString(family)
+	b.WriteByte('{')
+	for i := 0; i < len(labels); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(labels[i])
+		b.WriteString(`="`)
+		b.WriteString(escaper.Replace(labels[i+1]))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+var escaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+var (
+	helpMu sync.RWMutex
+	help   = map[string]string{}
+)
+
+// Help records the help text /metrics shows for a family. Registering the
+// same family again (a second set in tests) keeps the first text.
+func Help(family, text string) {
+	helpMu.Lock()
+	defer helpMu.Unlock()
+	if _, ok := help[family]; !ok {
+		help[family] = text
+	}
+}
+
+// Handler serves the sets, then the Go runtime and process series
+// (go_*, process_*), in the Prometheus text format.
+func Handler(sets ...*vm.Set) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		var buf bytes.Buffer
+		for _, s := range sets {
+			s.WritePrometheus(&buf)
+		}
+		vm.WriteProcessMetrics(&buf)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		writeWithHelp(w, buf.Bytes())
+	})
+}
+
+// writeWithHelp copies the exposition to w, completing the library's bare
+// "# HELP family" lines with the texts given to Help.
+func writeWithHelp(w http.ResponseWriter, text []byte) {
+	bw := bufio.NewWriter(w)
+	helpMu.RLock()
+	defer helpMu.RUnlock()
+	for len(text) > 0 {
+		line := text
+		if i := bytes.IndexByte(text, '\n'); i >= 0 {
+			line = text[:i+1]
+		}
+		text = text[len(line):]
+		family, ok := bytes.CutPrefix(bytes.TrimSuffix(line, []byte("\n")), []byte("# HELP "))
+		if h := help[string(family)]; ok && h != "" {
+			fmt.Fprintf(bw, "# HELP %s %s\n", family, helpEscaper.Replace(h))
+			continue
+		}
+		bw.Write(line)
+	}
+	bw.Flush()
+}
+
+var helpEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+
+// Values returns the current value of every series in s, keyed by the name
+// as Name spells it (histograms as family_bucket{...,le="..."}, _sum and
+// _count). For tests, and for anything that reads its own process's series.
+func Values(s *vm.Set) map[string]float64 {
+	var buf bytes.Buffer
+	s.WritePrometheus(&buf)
+	v, err := Parse(buf.Bytes())
+	if err != nil {
+		panic(err) // the library wrote it; a parse error is a bug here
+	}
+	return v
+}
+
+// Parse reads the samples of a text exposition: name (with labels) and
+// value per line, comments skipped.
+func Parse(text []byte) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i <= 0 {
+			return nil, fmt.Errorf("metrics: no value in line %q", line)
+		}
+		f, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: line %q: %w", line, err)
+		}
+		out[line[:i]] = f
+	}
+	return out, sc.Err()
 }
