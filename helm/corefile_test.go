@@ -53,10 +53,11 @@ func loadCorefile(s string, env []string) string {
 	})
 }
 
-// TestCorefileMatchesBackend checks that the chart's default servers, as
-// the backend loads them with the environment the chart gives it, are the
-// backend's built-in Corefile as the backend loads it by default: the
-// chart deploys what the backend's tests test.
+// TestCorefileMatchesBackend checks that the chart's default servers are
+// the backend's built-in Corefile, both as the backend loads them with the
+// environment the chart gives it: the chart deploys what the backend's
+// tests test. (The environment differs from the backend's defaults only in
+// the probe address of NODEDNS_READY and NODEDNS_HEALTH.)
 func TestCorefileMatchesBackend(t *testing.T) {
 	builtin, err := os.ReadFile("../backend/Corefile")
 	if err != nil {
@@ -72,7 +73,7 @@ func TestCorefileMatchesBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := corefileLines(loadCorefile(cm.Data["Corefile"], cs[0].Env))
-	want := corefileLines(loadCorefile(string(builtin), nil))
+	want := corefileLines(loadCorefile(string(builtin), cs[0].Env))
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("chart Corefile differs from backend/Corefile:\n--- chart\n%s\n--- backend\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

@@ -2,6 +2,8 @@ package helm
 
 import (
 	"bytes"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,11 +14,12 @@ import (
 
 // TestFrontendAcceptsRenderedArgs starts the real nodedns-frontend with the
 // command line kubelet would give it in each mode, inside a private network
-// namespace (unshare --net, gone when the process exits), and fails if it
-// rejects its flags (exit status 2). The backend is absent there, so the
-// frontend binds its listeners and waits for it without touching any rule;
-// --handover-dir is pointed at a temporary directory so nothing lands in
-// the host's /run/nodedns.
+// namespace (unshare --net, gone when the process exits) with lo up as on a
+// node (the health listener binds the probe address, in 127.0.0.0/8), and
+// fails if it rejects its flags (exit status 2) or exits. The backend is
+// absent there, so the frontend binds its listeners and waits for it
+// without touching any rule; --handover-dir is pointed at a temporary
+// directory so nothing lands in the host's /run/nodedns.
 func TestFrontendAcceptsRenderedArgs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the frontend runs in a private network namespace (unshare --net)")
@@ -37,6 +40,8 @@ func TestFrontendAcceptsRenderedArgs(t *testing.T) {
 		{"mode: link-local", false},
 		{"mode: node-ip", false},
 		{"localIP: 169.254.20.10,fd00::10", false},
+		{"probeAddress: 127.53.0.9", false},
+		{`probeAddress: ""`, false},
 		// The check itself: a flag the frontend does not know.
 		{"frontend: {extraArgs: [--no-such-flag=1]}", true},
 	} {
@@ -51,7 +56,7 @@ func TestFrontendAcceptsRenderedArgs(t *testing.T) {
 				t.Fatal(err)
 			}
 			fe := cs[len(cs)-1]
-			args := append([]string{"--net", "--", bin}, fe.Command[1:]...)
+			args := append([]string{"--net", "--", "sh", "-c", `ip link set lo up && exec "$0" "$@"`, bin}, fe.Command[1:]...)
 			args = append(args, "--handover-dir="+t.TempDir())
 			cmd := exec.Command(unshare, args...)
 			// The image's PATH, which holds iptables-legacy and iptables-nft.
@@ -79,6 +84,9 @@ func TestFrontendAcceptsRenderedArgs(t *testing.T) {
 				// Still running: the flags were accepted and it is waiting
 				// for the backend.
 			}
+			if p := fe.Spec.LivenessProbe.HTTPGet; !tc.rejected && !listening(t, cmd.Process.Pid, p.Host, p.Port.IntValue()) {
+				t.Errorf("no listener on %s:%d, where the liveness probe goes (/proc/%d/net/tcp)", p.Host, p.Port.IntValue(), cmd.Process.Pid)
+			}
 			// NOTES.txt runs diagnose with the running frontend's flags
 			// (/proc/1/cmdline): it must accept every one of them. Checks
 			// fail in an empty netns (status 1); bad flags are status 2.
@@ -100,4 +108,30 @@ func TestFrontendAcceptsRenderedArgs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listening reports whether a TCP socket listens on host:port in the
+// network namespace of process pid, from its /proc/PID/net/tcp; host ""
+// means every address, which Go binds as [::] (/proc/PID/net/tcp6).
+func listening(t *testing.T, pid int, host string, port int) bool {
+	t.Helper()
+	table, local := "tcp6", fmt.Sprintf("%032X:%04X", 0, port)
+	if host != "" {
+		ip := net.ParseIP(host).To4()
+		if ip == nil {
+			t.Fatalf("probe host %q is not IPv4", host)
+		}
+		// The IPv4 address as a host-order (little-endian here) hex word.
+		table, local = "tcp", fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], port)
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 3 && f[1] == local && f[3] == "0A" { // 0A: LISTEN
+			return true
+		}
+	}
+	return false
 }

@@ -84,6 +84,7 @@ func TestRender(t *testing.T) {
 			checkRBAC(t, objs, ds)
 			checkConfigMaps(t, objs, ds, vals)
 			checkMonitoring(t, objs, vals)
+			checkProbeAddress(t, objs)
 			if !strings.Contains(r.Notes, "nodedns-frontend diagnose") {
 				t.Errorf("NOTES.txt has no diagnose command:\n%s", r.Notes)
 			}
@@ -410,7 +411,7 @@ func TestFrontendArgs(t *testing.T) {
 	}{
 		{``, []string{"--mode=iptables", "--listen=169.254.20.10:53,10.96.0.10:53", "--local-ip=169.254.20.10",
 			"--service-ip=10.96.0.10", "--fallback=10.96.0.11:5301", "--backend=127.0.0.1:5300",
-			"--backend-ready-url=http://127.0.0.1:8181/ready", "--health=:9254", "--metrics=:9253"}, nil},
+			"--metrics=:9253"}, nil}, // --health and --backend-ready-url: TestProbeAddress
 		{`mode: link-local`, []string{"--mode=link-local", "--listen=169.254.20.10:53", "--local-ip=169.254.20.10"}, []string{"--service-ip"}},
 		{`mode: node-ip`, []string{"--mode=node-ip", "--listen=192.0.2.7:53", "--local-ip=192.0.2.7"}, []string{"--service-ip", "--interface"}},
 		{"localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}", []string{"--listen=[fd00::10]:53,[fd00:10:96::a]:53", "--service-ip=fd00:10:96::a"}, nil},

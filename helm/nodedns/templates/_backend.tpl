@@ -3,6 +3,7 @@ The backend container, shared by the native-sidecar layout (an init
 container with restartPolicy Always) and the plain one (a second container).
 */}}
 {{- define "nodedns.backendContainer" -}}
+{{- $probe := include "nodedns.probeAddress" . -}}
 name: backend
 image: "{{ .Values.image.backend.repository }}:{{ include "nodedns.imageTag" . }}"
 imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -30,10 +31,12 @@ env:
     value: {{ .Values.backend.fallbackPort | quote }}
   - name: NODEDNS_CLUSTER_DOMAIN
     value: {{ .Values.clusterDomain | quote }}
+  # /health and /ready on this pod template's probe address: during a
+  # surge the old pod's backend holds the same ports.
   - name: NODEDNS_HEALTH
-    value: {{ printf ":%v" .Values.backend.healthPort | quote }}
+    value: {{ printf "%s:%v" $probe .Values.backend.healthPort | quote }}
   - name: NODEDNS_READY
-    value: {{ printf ":%v" .Values.backend.readyPort | quote }}
+    value: {{ printf "%s:%v" $probe .Values.backend.readyPort | quote }}
   - name: NODEDNS_METRICS
     value: {{ printf ":%v" .Values.backend.metricsPort | quote }}
   # Go accepts a plain byte count: the GC works to stay under the limit.
@@ -61,6 +64,9 @@ securityContext:
 # not started. 300 x 1s: a slow API server gets five minutes.
 startupProbe:
   httpGet:
+    {{- with $probe }}
+    host: {{ . }}
+    {{- end }}
     path: /ready
     port: {{ .Values.backend.readyPort }}
   periodSeconds: 1
@@ -69,6 +75,9 @@ startupProbe:
 {{- end }}
 livenessProbe:
   httpGet:
+    {{- with $probe }}
+    host: {{ . }}
+    {{- end }}
     path: /health
     port: {{ .Values.backend.healthPort }}
   {{- if not (include "nodedns.nativeSidecar" .) }}
@@ -79,6 +88,9 @@ livenessProbe:
   failureThreshold: 5
 readinessProbe:
   httpGet:
+    {{- with $probe }}
+    host: {{ . }}
+    {{- end }}
     path: /ready
     port: {{ .Values.backend.readyPort }}
   periodSeconds: 10

@@ -97,7 +97,10 @@ line (--flag=$(variable)), which kubelet expands from the ConfigMap when it
 starts the container. One list, so the two cannot disagree. Settings that
 depend on the node (node-ip mode's address) are not here: kubelet does not
 expand $(NODE_IP) inside a ConfigMap value, so the DaemonSet passes them on
-the command line itself.
+the command line itself. So does it with the flags that carry the pod
+template's probe address (--health, --backend-ready-url): the ConfigMap is
+one for the old and the new pods of a surge, and a frontend restarted in an
+old pod would read the new pods' address while its probes keep the old one.
 */}}
 {{- define "nodedns.frontendSettings" -}}
 {{- $mode := .Values.mode -}}
@@ -126,9 +129,7 @@ the command line itself.
 {{- $fip := required "fallback.clusterIP is required with fallback.enabled: the frontend takes an address" .Values.fallback.clusterIP -}}
 {{- $f = append $f (list "fallback" (printf "%s:%v" (include "nodedns.hostPort" $fip) .Values.backend.fallbackPort)) -}}
 {{- end -}}
-{{- $f = append $f (list "backend-ready-url" (printf "http://127.0.0.1:%v/ready" .Values.backend.readyPort)) -}}
 {{- $f = append $f (list "metrics" (printf ":%v" .Values.frontend.metricsPort)) -}}
-{{- $f = append $f (list "health" (printf ":%v" .Values.frontend.healthPort)) -}}
 {{- $f = append $f (list "handover-dir" .Values.frontend.handoverDir) -}}
 {{- $f = append $f (list "shutdown-timeout" (toString .Values.frontend.shutdownTimeout)) -}}
 {{- $f = append $f (list "sync-interval" (toString .Values.syncInterval)) -}}
@@ -168,5 +169,45 @@ ever starting.
 {{- if semverCompare ">=1.29.0-0" .Capabilities.KubeVersion.Version }}true{{ end -}}
 {{- else if $v -}}
 true
+{{- end -}}
+{{- end -}}
+
+
+{{/*
+The address of the pod's probe endpoints: the frontend's /health and
+/ready, the backend's /ready and /health. During a surge the old and the
+new pod run side by side in the node's network namespace, each binding
+these ports with SO_REUSEPORT; on a shared address the kernel spreads
+kubelet's probes and the frontend's backend gate over both pods, so the old
+pod could answer for the new one. Each pod template therefore gets a
+loopback address of its own (all of 127.0.0.0/8 is local on Linux, and
+kubelet probes from the node's network namespace, which the pods share).
+
+probeAddress "auto": 127.X.Y.1, X in 1..254 (never 127.0.0.0/24, where
+127.0.0.1 lives) and Y in 0..255, from a checksum of the DaemonSet as
+rendered with probeAddress "": whatever changes the pod template (values,
+the chart's version and appVersion in the labels, the cluster version that
+backend.nativeSidecar auto follows, the frontend settings' checksum) changes
+the address, with odds of about 1 in 65,000 of two revisions drawing the
+same one; values the pod template does not use (a Corefile edit, which the
+reload plugin applies in place) leave it, so they do not roll the pods.
+An explicit address in 127.0.0.0/8 is used as given; "" binds every
+address and leaves the probes to the pod IP, as before the probe address
+existed.
+*/}}
+{{- define "nodedns.probeAddress" -}}
+{{- $v := toString .Values.probeAddress -}}
+{{- if eq $v "auto" -}}
+{{- $values := merge (dict) .Values -}}
+{{- $_ := set $values "probeAddress" "" -}}
+{{- $ctx := dict "Values" $values "Chart" .Chart "Release" .Release "Capabilities" .Capabilities "Template" .Template "Files" .Files -}}
+{{- $sum := include (print .Template.BasePath "/daemonset.yaml") $ctx | adler32sum | atoi -}}
+{{- printf "127.%d.%d.1" (add1 (mod $sum 254)) (mod (div $sum 254) 256) -}}
+{{- else if $v -}}
+{{- $octet := "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])" -}}
+{{- if not (regexMatch (printf "^127\\.%s\\.%s\\.%s$" $octet $octet $octet) $v) -}}
+{{- fail (printf "probeAddress must be \"auto\", \"\" or an IPv4 address in 127.0.0.0/8, not %q" $v) -}}
+{{- end -}}
+{{- $v -}}
 {{- end -}}
 {{- end -}}
