@@ -303,9 +303,14 @@ func stopLatest(r *running, name string, p *process) error {
 	return p.Stop()
 }
 
+// probeURL is the URL kubelet would probe: the probe's host when it names
+// one (the chart's probe address), else host.
 func probeURL(p *corev1.Probe, host string) string {
 	if p == nil || p.HTTPGet == nil {
 		return ""
+	}
+	if p.HTTPGet.Host != "" {
+		host = p.HTTPGet.Host
 	}
 	return fmt.Sprintf("http://%s:%s%s", host, p.HTTPGet.Port.String(), p.HTTPGet.Path)
 }
