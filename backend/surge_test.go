@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -34,7 +35,12 @@ const surgeStartupTimeout = "startup_timeout 60s"
 // for a Service, each TCP query on a new connection so the kernel spreads
 // them over every listening socket, must be answered correctly throughout:
 // B may open its DNS port only once it has synced (startup_timeout), and A
-// keeps answering through its lameduck.
+// keeps answering through its lameduck. As the chart sets them up, A and B
+// serve /ready and /health on the same ports but each on a loopback address
+// of its own (the chart's probeAddress, one per pod template): B's /ready
+// says 503 at its address while A's says 200 at A's, so B's probes and its
+// frontend's gate see B. The control subtest shows what a shared address
+// does instead.
 func TestSurge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("testbed test; -short given")
@@ -54,19 +60,23 @@ func TestSurge(t *testing.T) {
 	var fwd atomic.Int64
 	up := fakeUpstream(t, &fwd)
 
-	// A: the old pod's backend, synced and serving.
-	a, envA := backendPorts(t)
-	a.start(t, clusterCorefile(t, tb.Kubeconfig), append(envA, "NODEDNS_UPSTREAM="+up.Addr), 60*time.Second)
+	// A: the old pod's backend, synced and serving, with /ready and
+	// /health on its own probe address.
+	readyA, readyB := probeAddrPair(t)
+	healthA, healthB := probeAddrPair(t)
+	a, _ := backendPorts(t)
+	a.Ready, a.Health = readyA, healthA
+	a.start(t, clusterCorefile(t, tb.Kubeconfig), append(a.env(), "NODEDNS_UPSTREAM="+up.Addr), 60*time.Second)
 	eventually(t, 10*time.Second, a.DNS, "web"+zone, dns.TypeA, dns.RcodeSuccess, want)
 	if t.Failed() {
 		t.FailNow()
 	}
 
-	// B: the new pod's backend on the same DNS and fallback addresses, with
-	// its own HTTP ports so that its /ready is its own. Its API server is
-	// behind a gate that holds connections until opened.
+	// B: the new pod's backend on the same DNS and fallback addresses, and
+	// on the same ready and health ports as A at its own probe address. Its
+	// API server is behind a gate that holds connections until opened.
 	gate := startAPIGate(t, strings.TrimPrefix(tb.URL(), "https://"))
-	b := surgePeer(t, a)
+	b := surgePeer(t, a, readyB, healthB)
 	b.launch(t, clusterCorefile(t, kubeconfigVia(t, tb.Kubeconfig, gate.Addr())), append(b.env(), "NODEDNS_UPSTREAM="+up.Addr))
 	bStart := time.Now()
 	bPID := b.proc.Cmd.Process.Pid
@@ -87,7 +97,10 @@ func TestSurge(t *testing.T) {
 		code, _, _ := httpGet("http://" + b.Ready + "/ready")
 		readyCodes[code]++
 		if code == http.StatusOK {
-			t.Fatalf("B's /ready answered 200 %v after start with its API server gated", time.Since(bStart))
+			t.Fatalf("B's /ready at %s answered 200 %v after start with its API server gated", b.Ready, time.Since(bStart))
+		}
+		if code, _, err := httpGet("http://" + a.Ready + "/ready"); code != http.StatusOK {
+			t.Fatalf("A's /ready at %s, on the port B's also listens on: code %d, %v; want 200", a.Ready, code, err)
 		}
 		for _, table := range []string{"tcp", "udp"} {
 			held, err := holdsSocket(bPID, table, dnsPort)
@@ -121,8 +134,8 @@ func TestSurge(t *testing.T) {
 	if code, _, err := httpGet("http://" + b.Health + "/health"); code != http.StatusOK {
 		t.Errorf("B's /health while unsynced: code %d, %v; want 200", code, err)
 	}
-	t.Logf("B unsynced for %v: DNS port (TCP and UDP) not held by B and /ready not 200 at every poll (codes seen, 0 for none: %v); gate held %d connections",
-		time.Since(bStart).Round(time.Millisecond), readyCodes, gate.Accepted())
+	t.Logf("B unsynced for %v: DNS port (TCP and UDP) not held by B and its /ready at %s not 200 at every poll (codes seen, 0 for none: %v), A's at %s 200; gate held %d connections",
+		time.Since(bStart).Round(time.Millisecond), b.Ready, readyCodes, a.Ready, gate.Accepted())
 
 	// Phase 2: B reaches the API server, syncs and opens its DNS port.
 	load.setPhase("B syncing")
@@ -201,10 +214,13 @@ func TestSurge(t *testing.T) {
 
 	// Control: a backend that opens its port unsynced does answer wrongly
 	// on the shared address, so the checks above can see the failure the
-	// startup_timeout prevents.
+	// startup_timeout prevents. It also shares B's ready address, as every
+	// pod did before the probe address: requests to it, as its probes and
+	// its frontend's gate would make them, get 200 from B although it has
+	// not synced.
 	t.Run("control-short-startup-timeout", func(t *testing.T) {
 		closed := startAPIGate(t, strings.TrimPrefix(tb.URL(), "https://"))
-		c := surgePeer(t, b)
+		c := surgePeer(t, b, b.Ready, freeAddr(t))
 		core := strings.Replace(clusterCorefile(t, kubeconfigVia(t, tb.Kubeconfig, closed.Addr())), surgeStartupTimeout, "startup_timeout 2s", 1)
 		c.launch(t, core, append(c.env(), "NODEDNS_UPSTREAM="+up.Addr))
 		waitFor(t, 20*time.Second, "the unsynced backend to listen", func() (bool, error) {
@@ -233,21 +249,72 @@ func TestSurge(t *testing.T) {
 		if servfail == 0 {
 			t.Errorf("no SERVFAIL from a backend listening unsynced: the spreading this test relies on did not happen")
 		}
+		codes := readyOnNewConnections(t, "http://"+c.Ready+"/ready", 100)
+		t.Logf("/ready at %s, shared by B (synced) and the unsynced backend: codes %v of 100", c.Ready, codes)
+		if codes[http.StatusOK] == 0 || codes[http.StatusServiceUnavailable] == 0 {
+			t.Errorf("/ready on a shared address: codes %v, want both 200 (B answering for the unsynced backend) and 503", codes)
+		}
 		_ = c.proc.Cmd.Process.Kill() // no lameduck needed
 		<-c.proc.Done()
 	})
 }
 
 // surgePeer returns a backend on the DNS and fallback addresses of a, with
-// HTTP listeners of its own.
-func surgePeer(t testing.TB, a *backend) *backend {
+// /ready and /health on ready and health, and metrics of its own (so that
+// dnsRequests counts its queries only).
+func surgePeer(t testing.TB, a *backend, ready, health string) *backend {
 	return &backend{
 		DNS:      a.DNS,
 		Fallback: a.Fallback,
-		Health:   freeAddr(t),
-		Ready:    freeAddr(t),
+		Health:   health,
+		Ready:    ready,
 		Metrics:  freeAddr(t),
 	}
+}
+
+// probeAddrPair returns two addresses with one port, on two loopback
+// addresses 127.X.Y.1 outside 127.0.0.0/24, as the chart gives the old and
+// the new pod of a surge: the port was free on both a moment ago.
+func probeAddrPair(t testing.TB) (string, string) {
+	t.Helper()
+	for range 20 {
+		x := 1 + rand.IntN(254)
+		hosts := [2]string{fmt.Sprintf("127.%d.%d.1", x, rand.IntN(256)), fmt.Sprintf("127.%d.%d.1", 1+(x%254), rand.IntN(256))}
+		l, err := net.Listen("tcp", hosts[0]+":0")
+		if err != nil {
+			t.Fatalf("listen on %s (all of 127.0.0.0/8 is local on Linux): %v", hosts[0], err)
+		}
+		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+		l2, err := net.Listen("tcp", net.JoinHostPort(hosts[1], port))
+		l.Close()
+		if err != nil {
+			continue
+		}
+		l2.Close()
+		return net.JoinHostPort(hosts[0], port), net.JoinHostPort(hosts[1], port)
+	}
+	t.Fatal("no port free on two loopback addresses")
+	return "", ""
+}
+
+// readyOnNewConnections GETs url n times, each on a new connection (the
+// kernel picks a listening socket afresh, as for kubelet's probes), and
+// counts the status codes (0: no answer).
+func readyOnNewConnections(t testing.TB, url string, n int) map[int]int {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	codes := map[int]int{}
+	for range n {
+		resp, err := c.Get(url)
+		if err != nil {
+			codes[0]++
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	return codes
 }
 
 // exited returns an error once the backend process has exited.
