@@ -172,7 +172,6 @@ true
 {{- end -}}
 {{- end -}}
 
-
 {{/*
 The address of the pod's probe endpoints: the frontend's /health and
 /ready, the backend's /ready and /health. During a surge the old and the
