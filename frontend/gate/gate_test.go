@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodedns/nodedns/shared/dnstest"
 	"github.com/nodedns/nodedns/shared/metrics"
+	"github.com/nodedns/nodedns/shared/metrics/metricstest"
 )
 
 // dnsBackend serves rcode over TCP on a fixed loopback address that
@@ -120,18 +121,6 @@ func next(t *testing.T, changes chan change) change {
 	}
 }
 
-// value returns the current value of the series family{labels} in set,
-// failing the test if set does not export it.
-func value(t *testing.T, set *vm.Set, family string, labels ...string) float64 {
-	t.Helper()
-	name := metrics.Name(family, labels...)
-	v, ok := metrics.Values(set)[name]
-	if !ok {
-		t.Fatalf("series %s not exported", name)
-	}
-	return v
-}
-
 func TestWaitUntilReady(t *testing.T) {
 	b := newDNSBackend(t, dns.RcodeSuccess)
 	var httpOK atomic.Bool
@@ -167,13 +156,13 @@ func TestWaitUntilReady(t *testing.T) {
 	if ok, detail := g.Ready(); !ok || !strings.Contains(detail, "ready") {
 		t.Errorf("Ready() = %v, %q", ok, detail)
 	}
-	if v := value(t, set, "nodedns_backend_ready"); v != 1 {
+	if v := metricstest.Value(t, set, "nodedns_backend_ready"); v != 1 {
 		t.Errorf("backend_ready = %v", v)
 	}
-	if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "dns", "reason", "refused"); v < 1 {
+	if v := metricstest.Value(t, set, "nodedns_backend_probe_failures_total", "probe", "dns", "reason", "refused"); v < 1 {
 		t.Errorf("probe_failures_total{dns,refused} = %v", v)
 	}
-	if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "http", "reason", "status"); v < 1 {
+	if v := metricstest.Value(t, set, "nodedns_backend_probe_failures_total", "probe", "http", "reason", "status"); v < 1 {
 		t.Errorf("probe_failures_total{http,status} = %v", v)
 	}
 }
@@ -194,7 +183,7 @@ func TestBackendRestart(t *testing.T) {
 	if c.ready || !strings.HasPrefix(c.detail, "backend "+b.addr+": connection ") {
 		t.Errorf("after stop: %+v", c)
 	}
-	if v := value(t, set, "nodedns_backend_ready"); v != 0 {
+	if v := metricstest.Value(t, set, "nodedns_backend_ready"); v != 0 {
 		t.Errorf("backend_ready = %v", v)
 	}
 	b.start()
@@ -246,7 +235,7 @@ func TestCheckTimeout(t *testing.T) {
 	if ready || detail != "backend "+l.Addr().String()+": i/o timeout" {
 		t.Errorf("Check = %v, %q", ready, detail)
 	}
-	if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "dns", "reason", "timeout"); v != 1 {
+	if v := metricstest.Value(t, set, "nodedns_backend_probe_failures_total", "probe", "dns", "reason", "timeout"); v != 1 {
 		t.Errorf("probe_failures_total{dns,timeout} = %v", v)
 	}
 }
@@ -349,7 +338,7 @@ func TestCheckHTTP(t *testing.T) {
 				}
 			}
 			if tc.reason != "" {
-				if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "http", "reason", tc.reason); v != 1 {
+				if v := metricstest.Value(t, set, "nodedns_backend_probe_failures_total", "probe", "http", "reason", tc.reason); v != 1 {
 					t.Errorf("probe_failures_total{http,%s} = %v, want 1", tc.reason, v)
 				}
 			}
@@ -384,7 +373,7 @@ func TestCheckHTTPCanceled(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Check took %v after its context was canceled at 50ms", d)
 	}
-	if v := value(t, set, "nodedns_backend_probe_failures_total", "probe", "http", "reason", "canceled"); v != 1 {
+	if v := metricstest.Value(t, set, "nodedns_backend_probe_failures_total", "probe", "http", "reason", "canceled"); v != 1 {
 		t.Errorf("probe_failures_total{http,canceled} = %v, want 1", v)
 	}
 }

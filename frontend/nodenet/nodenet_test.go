@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodedns/nodedns/shared/metrics"
+	"github.com/nodedns/nodedns/shared/metrics/metricstest"
 )
 
 func ips(t *testing.T, s string) []net.IP {
@@ -50,18 +51,6 @@ func newRig(t *testing.T, cfg Config, nl *fakeNetlink) *rig {
 	}
 	r.m = m
 	return r
-}
-
-// value returns the current value of the series family{labels} in the
-// rig's set, failing the test if the set does not export it.
-func (r *rig) value(t *testing.T, family string, labels ...string) float64 {
-	t.Helper()
-	name := metrics.Name(family, labels...)
-	v, ok := metrics.Values(r.set)[name]
-	if !ok {
-		t.Fatalf("series %s not exported", name)
-	}
-	return v
 }
 
 func dualStack(t *testing.T) Config {
@@ -363,7 +352,7 @@ func TestForeignLinkRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not created by nodedns") {
 		t.Fatalf("Sync() = %v", err)
 	}
-	if got := r.value(t, "nodedns_setup_errors_total", "op", "link"); got != 1 {
+	if got := metricstest.Value(t, r.set, "nodedns_setup_errors_total", "op", "link"); got != 1 {
 		t.Errorf("setup_errors_total{op=link} = %v", got)
 	}
 	// The rules still went in: one bad step does not block the others.
@@ -399,7 +388,7 @@ func TestSetupErrorsCounted(t *testing.T) {
 	if ok, detail := r.m.Status(); ok || !strings.Contains(detail, "fake failure") {
 		t.Errorf("Status() = %v, %q", ok, detail)
 	}
-	if got := r.value(t, "nodedns_setup_errors_total", "op", "rules"); got != 1 {
+	if got := metricstest.Value(t, r.set, "nodedns_setup_errors_total", "op", "rules"); got != 1 {
 		t.Errorf("setup_errors_total{op=rules} = %v, want 1", got)
 	}
 	if r.logs.FilterMessage("node network setup").Len() != 1 {
@@ -517,23 +506,23 @@ func TestRemoveStale(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	r := newRig(t, dualStack(t), nil)
 	for _, op := range []string{"detect", "link", "addr", "rules", "teardown"} {
-		if got := r.value(t, "nodedns_setup_errors_total", "op", op); got != 0 {
+		if got := metricstest.Value(t, r.set, "nodedns_setup_errors_total", "op", op); got != 0 {
 			t.Errorf("setup_errors_total{op=%s} = %v before any sync", op, got)
 		}
 	}
-	if got := r.value(t, "nodedns_network_installed"); got != 0 {
+	if got := metricstest.Value(t, r.set, "nodedns_network_installed"); got != 0 {
 		t.Errorf("network_installed = %v before any sync", got)
 	}
 	if err := r.m.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.value(t, "nodedns_network_installed"); got != 1 {
+	if got := metricstest.Value(t, r.set, "nodedns_network_installed"); got != 1 {
 		t.Errorf("network_installed = %v after a good sync", got)
 	}
 	if err := r.m.Teardown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.value(t, "nodedns_network_installed"); got != 0 {
+	if got := metricstest.Value(t, r.set, "nodedns_network_installed"); got != 0 {
 		t.Errorf("network_installed = %v after teardown", got)
 	}
 }

@@ -105,17 +105,6 @@ func newResolver(t testing.TB, cfg Config, ex Exchanger, clk *clock) (*Resolver,
 	return r, set
 }
 
-// value returns the current value of the series name in set; a series
-// that does not exist fails the test.
-func value(t testing.TB, set *vm.Set, name string) float64 {
-	t.Helper()
-	v, ok := sharedmetrics.Values(set)[name]
-	if !ok {
-		t.Fatalf("no series %s", name)
-	}
-	return v
-}
-
 // families returns the type of each family in set's exposition, by its
 // "# TYPE" line; a family typed twice (which Prometheus rejects) fails the
 // test.

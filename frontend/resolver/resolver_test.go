@@ -14,6 +14,7 @@ import (
 	"github.com/nodedns/nodedns/frontend/dnswire"
 	"github.com/nodedns/nodedns/frontend/server"
 	sharedmetrics "github.com/nodedns/nodedns/shared/metrics"
+	"github.com/nodedns/nodedns/shared/metrics/metricstest"
 )
 
 // Series of a resolver with DefaultConfig.
@@ -118,7 +119,7 @@ func TestMalformed(t *testing.T) {
 			if reasonErr(tt.reason) == nil {
 				t.Fatalf("no parse error has reason %q", tt.reason)
 			}
-			if got := value(t, set, sharedmetrics.Name("nodedns_malformed_queries_total", "reason", tt.reason)); got != 1 {
+			if got := metricstest.Value(t, set, sharedmetrics.Name("nodedns_malformed_queries_total", "reason", tt.reason)); got != 1 {
 				t.Errorf("nodedns_malformed_queries_total{reason=%q} = %v", tt.reason, got)
 			}
 		})
@@ -164,7 +165,7 @@ func TestMismatchNotCached(t *testing.T) {
 			if _, ok := r.ServeFast(buf(), req, server.UDP); ok {
 				t.Error("the mismatched answer was cached")
 			}
-			if got := value(t, set, "nodedns_upstream_mismatch_total"); got != 1 {
+			if got := metricstest.Value(t, set, "nodedns_upstream_mismatch_total"); got != 1 {
 				t.Errorf("nodedns_upstream_mismatch_total = %v", got)
 			}
 		})
@@ -235,7 +236,7 @@ func TestServeStale(t *testing.T) {
 			if tt.wantTTL > 0 && (len(m.Answer) != 1 || m.Answer[0].Header().Ttl != tt.wantTTL) {
 				t.Errorf("answer %v, want TTL %d", m.Answer, tt.wantTTL)
 			}
-			if got := value(t, set, servedStaleSeries); got != tt.wantStale {
+			if got := metricstest.Value(t, set, servedStaleSeries); got != tt.wantStale {
 				t.Errorf("coredns_cache_served_stale_total = %v, want %v", got, tt.wantStale)
 			}
 		})
@@ -305,7 +306,7 @@ func TestPrefetch(t *testing.T) {
 	if _, hit := serve(t, r, req, server.UDP); !hit {
 		t.Error("miss after the prefetch")
 	}
-	if got := value(t, set, prefetchSeries); got != 1 {
+	if got := metricstest.Value(t, set, prefetchSeries); got != 1 {
 		t.Errorf("coredns_cache_prefetch_total = %v", got)
 	}
 	if n := ex.ncalls(); n != 2 {
@@ -329,7 +330,7 @@ func TestOverloaded(t *testing.T) {
 	if m := unpack(t, r.Overloaded(buf(), warm)); m.Rcode != dns.RcodeSuccess || m.Answer[0].Header().Ttl != 30 {
 		t.Errorf("overloaded with a stale entry: %v", m)
 	}
-	if got := value(t, set, servedStaleSeries); got != 1 {
+	if got := metricstest.Value(t, set, servedStaleSeries); got != 1 {
 		t.Errorf("coredns_cache_served_stale_total = %v", got)
 	}
 }
@@ -408,7 +409,7 @@ coredns_cache_hits_total{server="dns://:53",type="denial",zones=".",view=""} 0
 		{"udp", "1", "A", 2}, {"tcp", "2", "A", 1}, {"udp", "2", "MX", 1},
 		{"tcp", "1", "A", 0}, {"udp", "2", "A", 0}, {"udp", "1", "MX", 0},
 	} {
-		if got := value(t, set, request(c.proto, c.family, c.typ)); got != c.want {
+		if got := metricstest.Value(t, set, request(c.proto, c.family, c.typ)); got != c.want {
 			t.Errorf(`coredns_dns_requests_total{proto=%q,family=%q,type=%q} = %v, want %v`, c.proto, c.family, c.typ, got, c.want)
 		}
 	}
@@ -416,7 +417,7 @@ coredns_cache_hits_total{server="dns://:53",type="denial",zones=".",view=""} 0
 		return sharedmetrics.Name("coredns_dns_responses_total",
 			"server", "dns://:53", "zone", ".", "view", "", "rcode", rcode, "plugin", plugin)
 	}
-	if got := value(t, set, response("NOERROR", "cache")) + value(t, set, response("NOERROR", "forward")); got != 4 {
+	if got := metricstest.Value(t, set, response("NOERROR", "cache")) + metricstest.Value(t, set, response("NOERROR", "forward")); got != 4 {
 		t.Errorf(`coredns_dns_responses_total{rcode="NOERROR"} = %v`, got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodedns/nodedns/shared/metrics"
+	"github.com/nodedns/nodedns/shared/metrics/metricstest"
 )
 
 // fakeHandler answers by the first label of the query name:
@@ -117,17 +118,6 @@ func startServer(t testing.TB, cfg Config, h Handler) (*Server, *vm.Set) {
 	return s, set
 }
 
-// value returns the current value of the series name in set; a series
-// that does not exist fails the test.
-func value(t testing.TB, set *vm.Set, name string) float64 {
-	t.Helper()
-	v, ok := metrics.Values(set)[name]
-	if !ok {
-		t.Fatalf("no series %s", name)
-	}
-	return v
-}
-
 var (
 	udpIn  = metrics.Name("nodedns_server_packets_total", "proto", "udp", "direction", "in")
 	udpOut = metrics.Name("nodedns_server_packets_total", "proto", "udp", "direction", "out")
@@ -169,11 +159,11 @@ func TestServeUDPAndTCP(t *testing.T) {
 	if got := h.slow.Load(); got != 2 {
 		t.Errorf("ServeSlow calls = %d, want 2", got)
 	}
-	if got := value(t, set, udpIn); got != 2 {
+	if got := metricstest.Value(t, set, udpIn); got != 2 {
 		t.Errorf("udp in = %v, want 2", got)
 	}
 	// Counted after the write returns, which may be after the client read.
-	waitFor(t, func() bool { return value(t, set, tcpOut) == 2 && value(t, set, udpOut) == 2 })
+	waitFor(t, func() bool { return metricstest.Value(t, set, tcpOut) == 2 && metricstest.Value(t, set, udpOut) == 2 })
 	n := 0
 	for name := range metrics.Values(set) {
 		if strings.HasPrefix(name, "nodedns_server_batch_size_count") {
@@ -281,7 +271,7 @@ func TestPanicAnsweredServfail(t *testing.T) {
 			}
 		}
 	}
-	if got := value(t, set, "nodedns_server_panics_total"); got != 4 {
+	if got := metricstest.Value(t, set, "nodedns_server_panics_total"); got != 4 {
 		t.Errorf("panics = %v, want 4", got)
 	}
 	// Still serving.
@@ -336,7 +326,7 @@ func TestMalformedPackets(t *testing.T) {
 	mustExchange(t, "udp", addr, "hit.still.serving.")
 	mustExchange(t, "tcp", addr, "hit.still.serving.")
 	// The runts may have gone to another of the SO_REUSEPORT sockets.
-	waitFor(t, func() bool { return value(t, set, "nodedns_server_dropped_total") >= 3 })
+	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_dropped_total") >= 3 })
 }
 
 func TestOverloaded(t *testing.T) {
@@ -346,7 +336,7 @@ func TestOverloaded(t *testing.T) {
 	first := make(chan *dns.Msg, 1)
 	go func() { r, _ := exchange(t, "udp", addr, "miss.one."); first <- r }()
 	waitFor(t, func() bool { return h.slow.Load() == 1 })
-	if v := value(t, set, "nodedns_server_inflight"); v != 1 {
+	if v := metricstest.Value(t, set, "nodedns_server_inflight"); v != 1 {
 		t.Errorf("inflight gauge = %v, want 1", v)
 	}
 	for _, network := range []string{"udp", "tcp"} {
@@ -359,10 +349,10 @@ func TestOverloaded(t *testing.T) {
 	if r := <-first; r == nil || r.Rcode != dns.RcodeSuccess {
 		t.Errorf("first miss: %v", r)
 	}
-	if got := value(t, set, "nodedns_server_overloaded_total"); got != 2 {
+	if got := metricstest.Value(t, set, "nodedns_server_overloaded_total"); got != 2 {
 		t.Errorf("overloaded = %v, want 2", got)
 	}
-	waitFor(t, func() bool { return value(t, set, "nodedns_server_inflight") == 0 })
+	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_inflight") == 0 })
 	want := `
 # HELP nodedns_server_overloaded_total Misses answered without resolution because max-inflight misses were already running.
 # TYPE nodedns_server_overloaded_total counter
@@ -411,12 +401,12 @@ func TestTCPIdleTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor(t, func() bool { return value(t, set, "nodedns_server_tcp_connections") == 1 })
+	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_tcp_connections") == 1 })
 	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("read from an idle connection: want EOF")
 	}
-	waitFor(t, func() bool { return value(t, set, "nodedns_server_tcp_connections") == 0 })
+	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_tcp_connections") == 0 })
 }
 
 // TestTCPIdleWhileMissPending keeps a connection open past the idle timeout
@@ -437,7 +427,7 @@ func TestTCPConnLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c1.Close()
-	waitFor(t, func() bool { return value(t, set, "nodedns_server_tcp_connections") == 1 })
+	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_tcp_connections") == 1 })
 	c2, err := net.Dial("tcp", s.Addrs()[0])
 	if err != nil {
 		t.Fatal(err)
@@ -447,7 +437,7 @@ func TestTCPConnLimit(t *testing.T) {
 	if _, err := c2.Read(make([]byte, 1)); err == nil {
 		t.Fatal("second connection: want it closed")
 	}
-	if got := value(t, set, "nodedns_server_tcp_rejected_total"); got != 1 {
+	if got := metricstest.Value(t, set, "nodedns_server_tcp_rejected_total"); got != 1 {
 		t.Errorf("rejected = %v, want 1", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/shared/dnstest"
+	"github.com/nodedns/nodedns/shared/metrics/metricstest"
 )
 
 // The tests below run the real backend (CoreDNS): the binary named by
@@ -101,7 +102,7 @@ func TestCoreDNSRestart(t *testing.T) {
 		wg.Go(func() { exchange(t, p, "w"+strconv.Itoa(i)+".example.") })
 	}
 	wg.Wait()
-	open := value(t, set, "nodedns_upstream_conns_open")
+	open := metricstest.Value(t, set, "nodedns_upstream_conns_open")
 	c.stop()
 	c.start()
 	for i := range 8 {
@@ -109,7 +110,7 @@ func TestCoreDNSRestart(t *testing.T) {
 			t.Fatalf("answer %q", got)
 		}
 	}
-	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "error"); n != 0 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "error"); n != 0 {
 		t.Errorf("requests_total{backend,error} = %v after a restart with %v pooled connections", n, open)
 	}
 }

@@ -4,25 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/shared/dnstest"
 	"github.com/nodedns/nodedns/shared/metrics"
+	"github.com/nodedns/nodedns/shared/metrics/metricstest"
 )
-
-// value returns the current value of the series family{labels} in set,
-// failing the test if set does not export it.
-func value(t testing.TB, set *vm.Set, family string, labels ...string) float64 {
-	t.Helper()
-	name := metrics.Name(family, labels...)
-	v, ok := metrics.Values(set)[name]
-	if !ok {
-		t.Fatalf("series %s not exported", name)
-	}
-	return v
-}
 
 func TestMetricsRegistered(t *testing.T) {
 	_, set := newPool(t, Config{Backend: "127.0.0.1:5300", Fallbacks: []string{"10.96.0.11:5301"}})
@@ -61,10 +49,10 @@ func TestMetricsRegistered(t *testing.T) {
 func TestMetricsDurationObserved(t *testing.T) {
 	p, set := newPool(t, Config{Backend: deadAddr(t), FailThreshold: 5})
 	_, _ = p.Exchange(t.Context(), dnstest.Query("x.example.", dns.TypeA))
-	if n := value(t, set, "nodedns_upstream_request_duration_seconds_count", "upstream", "backend"); n != 1 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_request_duration_seconds_count", "upstream", "backend"); n != 1 {
 		t.Errorf("request_duration_seconds_count{backend} = %v, want 1", n)
 	}
-	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "error"); n != 1 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "error"); n != 1 {
 		t.Errorf("requests_total{backend,error} = %v, want 1", n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodedns/nodedns/shared/dnstest"
 	"github.com/nodedns/nodedns/shared/metrics"
+	"github.com/nodedns/nodedns/shared/metrics/metricstest"
 )
 
 // backend is a fake upstream: it answers every A query with addr and
@@ -164,10 +165,10 @@ func TestExchangeReusesConnection(t *testing.T) {
 	if n := b.accepted.Load(); n != 1 {
 		t.Errorf("backend accepted %d connections for 20 sequential queries, want 1", n)
 	}
-	if n := value(t, set, "nodedns_upstream_conns_open"); n != 1 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_conns_open"); n != 1 {
 		t.Errorf("conns_open = %v, want 1", n)
 	}
-	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "ok"); n != 20 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "ok"); n != 20 {
 		t.Errorf("requests_total{backend,ok} = %v, want 20", n)
 	}
 }
@@ -196,10 +197,10 @@ func TestExchangeSurvivesBackendRestart(t *testing.T) {
 	if got := answeredBy(r); got != "10.0.0.1" {
 		t.Fatalf("answer after restart %q", got)
 	}
-	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "error"); n != 0 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "error"); n != 0 {
 		t.Errorf("requests_total{backend,error} = %v, want 0: a dead pooled connection must be retried", n)
 	}
-	if n := value(t, set, "nodedns_upstream_conns_open"); n != 1 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_conns_open"); n != 1 {
 		t.Errorf("conns_open = %v, want 1 (dead pooled connections flushed)", n)
 	}
 	if n := b.accepted.Load(); n != 3 {
@@ -227,7 +228,7 @@ func TestExchangeCoalescesIdenticalQueries(t *testing.T) {
 			res[i] = r
 		})
 	}
-	for value(t, set, "nodedns_upstream_coalesced_total") < n-1 {
+	for metricstest.Value(t, set, "nodedns_upstream_coalesced_total") < n-1 {
 		time.Sleep(time.Millisecond)
 	}
 	close(b.block)
@@ -273,7 +274,7 @@ func TestExchangeCallerCancelDoesNotCancelOthers(t *testing.T) {
 		_, err := p.Exchange(context.Background(), dnstest.Query("x.example.", dns.TypeA))
 		second <- err
 	}()
-	for value(t, set, "nodedns_upstream_coalesced_total") < 1 {
+	for metricstest.Value(t, set, "nodedns_upstream_coalesced_total") < 1 {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
@@ -309,7 +310,7 @@ func TestExchangeRejectsMismatch(t *testing.T) {
 			if !errors.Is(err, ErrMismatch) || Reason(err) != ReasonMismatch {
 				t.Fatalf("err = %v, want ErrMismatch", err)
 			}
-			if n := value(t, set, "nodedns_upstream_conns_open"); n != 0 {
+			if n := metricstest.Value(t, set, "nodedns_upstream_conns_open"); n != 0 {
 				t.Errorf("conns_open = %v: a connection out of step must be closed", n)
 			}
 		})
@@ -345,7 +346,7 @@ func TestExchangeTimeout(t *testing.T) {
 	if !errors.As(err, &ue) || ue.Addr != addr || ue.Upstream != "backend" {
 		t.Errorf("error %v does not name the backend", err)
 	}
-	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "timeout"); n != 1 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "timeout"); n != 1 {
 		t.Errorf("requests_total{backend,timeout} = %v", n)
 	}
 }
@@ -380,7 +381,7 @@ func TestExchangeOverloaded(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("coalesced query at the bound: %v", err)
 	}
-	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "overloaded"); n != 1 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "overloaded"); n != 1 {
 		t.Errorf("requests_total{backend,overloaded} = %v, want 1", n)
 	}
 	exchange(t, p, "d.example.") // room again
@@ -394,7 +395,7 @@ func TestExchangeFallsBackWhenBackendDown(t *testing.T) {
 	if got := answeredBy(r); got != "10.0.0.2" {
 		t.Fatalf("answered by %q, want the second fallback", got)
 	}
-	if n := value(t, set, "nodedns_upstream_fallback_total"); n != 1 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_fallback_total"); n != 1 {
 		t.Errorf("fallback_total = %v, want 1", n)
 	}
 	s := p.Status()
@@ -448,7 +449,7 @@ func TestBackoffSkipsDeadBackend(t *testing.T) {
 	if p.Status().BackendHealthy {
 		t.Fatal("backend still healthy after 2 timeouts")
 	}
-	if n := value(t, set, "nodedns_upstream_healthy", "upstream", "backend", "address", hung); n != 0 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_healthy", "upstream", "backend", "address", hung); n != 0 {
 		t.Errorf("healthy{backend} = %v", n)
 	}
 	for i := range 10 {
@@ -472,7 +473,7 @@ func TestBackoffSkipsDeadBackend(t *testing.T) {
 	if d := time.Since(start); d >= timeout {
 		t.Errorf("query took %v during the doubled backoff", d)
 	}
-	if n := value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "timeout"); n != 3 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_requests_total", "upstream", "backend", "result", "timeout"); n != 3 {
 		t.Errorf("requests_total{backend,timeout} = %v, want 3", n)
 	}
 }
@@ -507,7 +508,7 @@ func TestBackendPreferredAfterRecovery(t *testing.T) {
 	if !s.BackendHealthy || s.UsingKind != "backend" {
 		t.Errorf("status %+v", s)
 	}
-	if n := value(t, set, "nodedns_upstream_healthy", "upstream", "backend", "address", addr); n != 1 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_healthy", "upstream", "backend", "address", addr); n != 1 {
 		t.Errorf("healthy{backend} = %v", n)
 	}
 }
@@ -542,7 +543,7 @@ func TestIdleConnectionsExpire(t *testing.T) {
 	p, set := newPool(t, Config{Backend: addr, IdleTimeout: 50 * time.Millisecond})
 	exchange(t, p, "q.example.")
 	deadline := time.Now().Add(2 * time.Second)
-	for value(t, set, "nodedns_upstream_conns_open") != 0 {
+	for metricstest.Value(t, set, "nodedns_upstream_conns_open") != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("idle connection not closed")
 		}
@@ -576,7 +577,7 @@ func TestClose(t *testing.T) {
 	if _, err := p.Exchange(context.Background(), dnstest.Query("q.example.", dns.TypeA)); !errors.Is(err, ErrClosed) {
 		t.Errorf("exchange after Close: %v", err)
 	}
-	if n := value(t, set, "nodedns_upstream_conns_open"); n != 0 {
+	if n := metricstest.Value(t, set, "nodedns_upstream_conns_open"); n != 0 {
 		t.Errorf("conns_open = %v after Close", n)
 	}
 }
