@@ -21,6 +21,13 @@ const (
 	chaosAt      = 5 * time.Second
 	restartDelay = time.Second
 	backendDown  = 5 * time.Second
+	// notReadyAfter is how long after a container dies its pod turns not
+	// ready: kubelet's PLEG relists containers every second and reports a
+	// container that is not running as not ready at once, without waiting
+	// for the readiness probe (pkg/kubelet/prober UpdatePodStatus). The
+	// EndpointSlice update and kube-proxy's sync (min-sync-period 1s)
+	// come after it and are real here.
+	notReadyAfter = time.Second
 	// slowAfter marks a lookup that needed more than a retry's worth of
 	// waiting or an answer that came that late: users notice.
 	slowAfter = time.Second
@@ -236,6 +243,9 @@ func (e *Env) restartAfter(t *trial, pp **process, delay time.Duration) error {
 }
 
 func killAPITier(ctx context.Context, e *Env, t *trial) (string, error) {
+	if t.design.Name == "nodedns" {
+		return e.killNodednsBackend(ctx, t)
+	}
 	pp := e.apiTierProcess(t)
 	where := "on the node"
 	if *pp == e.centralDNS {
@@ -288,4 +298,68 @@ func upgradeFrontend(ctx context.Context, e *Env, t *trial) (string, error) {
 	t.replace(old, nu)
 	go func() { _ = old.Stop() }()
 	return fmt.Sprintf("new frontend took the sockets over and was ready in %v, then the old one got SIGTERM", took.Round(10*time.Millisecond)), nil
+}
+
+// killNodednsBackend kills the node's backend as killAPITier does and
+// plays kubelet's part for the fallback Service: notReadyAfter the kill
+// the pod is not ready and its endpoint not ready in the EndpointSlice
+// (kube-proxy on the node then DNATs the fallback ClusterIP to the other
+// node's backend only); after the restart, once the new backend's /ready
+// answers (kubelet probes readiness at once for a container whose
+// readiness is not known yet), ready again.
+func (e *Env) killNodednsBackend(ctx context.Context, t *trial) (string, error) {
+	n, old := t.node, t.run.Backend
+	ep := n.IP.String() + ":5301"
+	old.Kill()
+	killed := time.Now()
+	time.Sleep(notReadyAfter)
+	// The backend starts again on time whatever happens to the endpoint.
+	var gone time.Duration
+	err := e.setFallbackReady(ctx, n.Name, false)
+	if err == nil {
+		err = waitRulesWithout(ctx, n, ep, backendDown-notReadyAfter)
+		gone = time.Since(killed)
+	}
+	time.Sleep(time.Until(killed.Add(backendDown)))
+	nu, startErr := old.start()
+	if startErr != nil {
+		return "", errors.Join(err, startErr)
+	}
+	t.replace(old, nu)
+	if err != nil {
+		return "", err
+	}
+	if err := waitHTTP(ctx, nu, n.Netns, t.run.backendReady, 2*time.Minute); err != nil {
+		return "", err
+	}
+	if err := e.setFallbackReady(ctx, n.Name, true); err != nil {
+		return "", err
+	}
+	if _, err := n.kp.WaitForRules(ctx, ep); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("SIGKILL of the CoreDNS on the node, started again %v later; its fallback endpoint left kube-proxy's rules %v after the kill and was back %v after it",
+		backendDown, gone.Round(100*time.Millisecond), time.Since(killed).Round(100*time.Millisecond)), nil
+}
+
+// waitRulesWithout waits until kube-proxy on n no longer names substr.
+func waitRulesWithout(ctx context.Context, n *simNode, substr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		rules, err := n.kp.Rules(ctx)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(rules, substr) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-proxy on %s still has %s after %v", n.Name, substr, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -135,7 +135,9 @@ type Row struct {
 	// run; NodePeakRSS the sum of their peak RSS over their lifetime.
 	NodeCPU     float64 `json:"node_dns_cpu_seconds"`
 	NodePeakRSS int64   `json:"node_dns_peak_rss_bytes"`
-	// CentralCPU is the central CoreDNS's CPU seconds during the run.
+	// CentralCPU is the CPU seconds during the run of the DNS processes
+	// on the other node: the central CoreDNS, and for nodedns also that
+	// node's nodedns backend (the second fallback endpoint).
 	CentralCPU float64 `json:"central_cpu_seconds"`
 	// APITierQueries is the increase of coredns_dns_requests_total of the
 	// CoreDNS that watches the API server (central or on the node).
@@ -219,10 +221,19 @@ func Compare(ctx context.Context, e *Env, cfg Config, w io.Writer) (rep *Report,
 		}
 		rep.Dnsperf = cc
 	}
+	var closeErr error
 	if cfg.Chaos && ctx.Err() == nil {
+		// The measured designs are done and chaos starts every design on
+		// a fresh node: stop them first, so that the chaos cluster holds
+		// no idle node of theirs (nodedns's would still be an endpoint of
+		// the fallback Service).
+		for _, t := range live {
+			closeErr = errors.Join(closeErr, t.close())
+		}
+		live = nil
 		rep.Chaos = e.chaos(ctx, cfg, w)
 	}
-	return rep, ctx.Err()
+	return rep, errors.Join(ctx.Err(), closeErr)
 }
 
 // roundDuration is the length of one measured run.
@@ -310,7 +321,8 @@ func (t *trial) measure(ctx context.Context, name string, w io.Writer) error {
 		return err
 	}
 	upBefore := e.upstream.queries.Load()
-	cpuBefore, centralBefore := procsCPU(r.Procs), procsCPU([]*process{e.centralDNS})
+	central := append([]*process{e.centralDNS}, r.Remote...)
+	cpuBefore, centralBefore := procsCPU(r.Procs), procsCPU(central)
 	ct, err := watchConntrack(n.Netns)
 	if err != nil {
 		return err
@@ -320,7 +332,7 @@ func (t *trial) measure(ctx context.Context, name string, w io.Writer) error {
 	t.sum.ConntrackNew += ctNew
 	t.sum.ConntrackLost = t.sum.ConntrackLost || ctLost
 	t.sum.NodeCPU += procsCPU(r.Procs) - cpuBefore
-	t.sum.CentralCPU += procsCPU([]*process{e.centralDNS}) - centralBefore
+	t.sum.CentralCPU += procsCPU(central) - centralBefore
 	t.sum.UpstreamQueries += e.upstream.queries.Load() - upBefore
 	if genErr != nil {
 		return genErr

@@ -59,8 +59,15 @@ type running struct {
 	APITier metricsTarget
 	// Central reports that the API tier is the central CoreDNS.
 	Central bool
+	// Remote are DNS processes on the other node that the design adds
+	// (nodedns: that node's backend, a fallback endpoint); their CPU
+	// counts as central, not as the node's.
+	Remote []*process
 	// Frontend and Backend are nodedns's processes (chaos needs them).
 	Frontend, Backend *process
+	// backendReady is the URL of the backend's readiness probe, as
+	// kubelet would probe it from the node.
+	backendReady string
 	// restartFrontend starts another frontend with the same command.
 	restartFrontend func() (*process, error)
 	stop            []func() error
@@ -245,15 +252,24 @@ func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 	if err != nil {
 		return nil, fmt.Errorf("render the chart: %w", err)
 	}
-	if err := e.addFallbackEndpoint(ctx, n); err != nil {
+	if err := e.startNodednsPeer(ctx); err != nil {
 		return nil, err
 	}
-	r := &running{Nameserver: testbed.DNSServiceIP + ":53"}
+	r := &running{Nameserver: testbed.DNSServiceIP + ":53", Remote: []*process{e.peer}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, r.Stop())
 		}
 	}()
+	// The pod's endpoint leaves the fallback Service after its processes
+	// stop (r.stop runs last first).
+	if err := e.addFallbackEndpoint(ctx, n.Name, n.IP.String()); err != nil {
+		return nil, err
+	}
+	r.stop = append(r.stop, func() error { return e.removeFallbackEndpoint(context.Background(), n.Name) })
+	if _, err := n.kp.WaitForRules(ctx, n.IP.String()+":5301", e.central.IP.String()+":5301"); err != nil {
+		return nil, fmt.Errorf("kube-proxy on %s: fallback endpoints: %w", n.Name, err)
+	}
 	dir := filepath.Join(e.opts.OutDir, "nodedns-"+n.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -275,6 +291,7 @@ func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 		switch c.Spec.Name {
 		case "backend":
 			r.Backend = p
+			r.backendReady = probeURL(c.Spec.ReadinessProbe, "127.0.0.1")
 			r.APITier = metricsTarget{n.Netns, "http://127.0.0.1:9153/metrics"}
 			// kubelet starts the frontend once the sidecar's startup probe passes.
 			if err := waitHTTP(ctx, p, n.Netns, probeURL(c.Spec.StartupProbe, "127.0.0.1"), 2*time.Minute); err != nil {
@@ -289,6 +306,52 @@ func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 		}
 	}
 	return r, nil
+}
+
+// startNodednsPeer starts, once per Env, the nodedns backend of the other
+// node: the chart's backend container rendered for that node, in its
+// namespace beside the central CoreDNS (no port overlaps: its probe
+// address is in 127/8, and both CoreDNS metrics listeners on 9153 set
+// SO_REUSEPORT, the central one on CentralIP). Its fallback listener
+// (:5301 on the node IP) becomes the second endpoint of nodedns-fallback,
+// as on a cluster of two nodedns nodes. Only the backend: nothing there
+// talks to that node's frontend.
+func (e *Env) startNodednsPeer(ctx context.Context) error {
+	if e.peer != nil {
+		return nil
+	}
+	node := helm.Node{Name: e.central.Name, IP: e.central.IP.String()}
+	cs, err := helm.NodeContainers(nodednsValues, helm.Options{}, node)
+	if err != nil {
+		return fmt.Errorf("render the chart: %w", err)
+	}
+	for _, c := range cs {
+		if c.Spec.Name != "backend" {
+			continue
+		}
+		dir := filepath.Join(e.opts.OutDir, "nodedns-"+node.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		argv, err := e.containerArgv(c, dir)
+		if err != nil {
+			return err
+		}
+		p, err := startProcess(e.opts.OutDir, node.Name+"-"+c.Spec.Name, e.central.Netns, c.Env, argv...)
+		if err != nil {
+			return err
+		}
+		if err := waitHTTP(ctx, p, e.central.Netns, probeURL(c.Spec.StartupProbe, "127.0.0.1"), 2*time.Minute); err != nil {
+			return errors.Join(fmt.Errorf("nodedns backend on %s: %w", node.Name, err), p.Stop())
+		}
+		if err := e.addFallbackEndpoint(ctx, node.Name, node.IP); err != nil {
+			return errors.Join(err, p.Stop())
+		}
+		e.peer = p
+		e.cleanups = append(e.cleanups, p.Stop)
+		return nil
+	}
+	return errors.New("the chart renders no backend container")
 }
 
 // stopLatest stops the newest process of a container (chaos may have

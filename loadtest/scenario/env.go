@@ -59,7 +59,11 @@ type Env struct {
 	tb         *testbed.Testbed
 	central    *testbed.Node
 	centralDNS *process
-	upstream   *upstream
+	// peer is the nodedns backend of the other node, the second endpoint
+	// of nodedns-fallback; started with the first nodedns design, nil
+	// until then (startNodednsPeer).
+	peer     *process
+	upstream *upstream
 	// kubeconfig for processes in node namespaces (admin, via NodeURL).
 	nodeKubeconfig string
 	nodes          int
@@ -212,23 +216,55 @@ func (e *Env) createObjects(ctx context.Context) error {
 	return nil
 }
 
-// addFallbackEndpoint makes node's backend (:5301) an endpoint of the
-// nodedns-fallback Service, as the chart's selector would, and waits until
-// kube-proxy on the node has programmed it.
-func (e *Env) addFallbackEndpoint(ctx context.Context, n *simNode) error {
+// fallbackSliceName is the EndpointSlice holding node's backend as an
+// endpoint of the nodedns-fallback Service.
+func fallbackSliceName(node string) string { return "nodedns-fallback-" + node }
+
+// addFallbackEndpoint makes the backend (:5301) of the nodedns pod on
+// node (address ip) an endpoint of the nodedns-fallback Service, ready, as
+// the chart's selector would.
+func (e *Env) addFallbackEndpoint(ctx context.Context, node, ip string) error {
 	tcp, name, port := corev1.ProtocolTCP, "dns-tcp", int32(5301)
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "nodedns-fallback-" + n.Name, Namespace: "kube-system", Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: fallbackSliceName(node), Namespace: "kube-system", Labels: map[string]string{
 			discoveryv1.LabelServiceName: "nodedns-fallback", discoveryv1.LabelManagedBy: testbed.ManagedBy}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{testbedEndpoint(n.IP.String())},
+		Endpoints:   []discoveryv1.Endpoint{testbedEndpoint(ip)},
 		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &tcp}},
 	}
 	if _, err := e.tb.Client().DiscoveryV1().EndpointSlices("kube-system").Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create EndpointSlice %s: %w", slice.Name, err)
 	}
-	_, err := n.kp.WaitForRules(ctx, n.IP.String()+":5301")
-	return err
+	return nil
+}
+
+// removeFallbackEndpoint deletes node's endpoint: its pod is gone.
+func (e *Env) removeFallbackEndpoint(ctx context.Context, node string) error {
+	err := e.tb.Client().DiscoveryV1().EndpointSlices("kube-system").Delete(ctx, fallbackSliceName(node), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete EndpointSlice %s: %w", fallbackSliceName(node), err)
+	}
+	return nil
+}
+
+// setFallbackReady sets the conditions of node's fallback endpoint as the
+// EndpointSlice controller does for a pod that is (not) ready and not
+// terminating: ready and serving follow the pod's Ready condition.
+func (e *Env) setFallbackReady(ctx context.Context, node string, ready bool) error {
+	c := e.tb.Client().DiscoveryV1().EndpointSlices("kube-system")
+	slice, err := c.Get(ctx, fallbackSliceName(node), metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get EndpointSlice %s: %w", fallbackSliceName(node), err)
+	}
+	slice = slice.DeepCopy()
+	terminating := false
+	for i := range slice.Endpoints {
+		slice.Endpoints[i].Conditions = discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: &terminating}
+	}
+	if _, err := c.Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update EndpointSlice %s: %w", slice.Name, err)
+	}
+	return nil
 }
 
 func testbedEndpoint(ip string) discoveryv1.Endpoint {

@@ -67,6 +67,9 @@ func (e *Env) addNode(ctx context.Context, name string) (_ *simNode, err error) 
 		{"-n", central, "link", "set", peerIf, "up"},
 		{"-n", central, "route", "add", podNet + ".0/24", "via", s.Uplink},
 		{"-n", tn.Netns, "route", "add", "10.0.0.0/24", "via", s.Peer},
+		// The other node's own address (nodedns's second fallback
+		// endpoint) over the same link, not over the control plane's.
+		{"-n", tn.Netns, "route", "add", e.central.IP.String() + "/32", "via", s.Peer},
 		// ClusterIPs have no route of their own on a node; locally sent
 		// packets need one before kube-proxy's OUTPUT DNAT rewrites them.
 		{"-n", tn.Netns, "route", "add", testbed.ServiceCIDR, "via", s.Peer},
