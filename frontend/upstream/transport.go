@@ -87,10 +87,22 @@ func (a *address) exchange(ctx context.Context, now time.Time, wire []byte, id u
 	return r, nil
 }
 
+// fallbackRedials is how many more times a refused dial of a fallback
+// address is made at once. A fallback is usually a Service's ClusterIP,
+// which kube-proxy sends each new connection to one of its endpoints: a
+// refusal tells of that endpoint only, say a backend that died and whose
+// endpoint has not left the EndpointSlice yet, and the next dial may reach
+// a live one. With one dead endpoint of two, three dials all fail one time
+// in eight.
+const fallbackRedials = 2
+
 func (a *address) dial(ctx context.Context, deadline time.Time) (*conn, error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	nc, err := a.dialer.DialContext(ctx, "tcp", a.addr)
+	for i := 0; err != nil && a.kind == kindFallback && i < fallbackRedials && Reason(err) == ReasonRefused && ctx.Err() == nil; i++ {
+		nc, err = a.dialer.DialContext(ctx, "tcp", a.addr)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -404,6 +405,46 @@ func TestExchangeFallsBackWhenBackendDown(t *testing.T) {
 	}
 	if s.Addresses[0].LastReason != ReasonRefused {
 		t.Errorf("backend reason %q, want refused", s.Addresses[0].LastReason)
+	}
+}
+
+// TestFallbackRedialsRefused: a fallback that is a Service's ClusterIP
+// spreads connections over its endpoints, one of which may be a dead
+// backend not yet removed. A refused dial is made again at once (the
+// dialer's Control refuses the first ones here, as kube-proxy's DNAT to a
+// dead endpoint would); the backend's refusals are not.
+func TestFallbackRedialsRefused(t *testing.T) {
+	fb := dnstest.Start(t, &backend{ip: net.IPv4(10, 0, 0, 2)})
+	for _, c := range []struct {
+		refusals int
+		want     string // answering address, "" for none
+	}{{0, "10.0.0.2"}, {1, "10.0.0.2"}, {fallbackRedials, "10.0.0.2"}, {fallbackRedials + 1, ""}} {
+		p, _ := newPool(t, Config{Backend: deadAddr(t), Fallbacks: []string{fb.Addr}, FailThreshold: 5})
+		var dials atomic.Int32
+		refusals := int32(c.refusals)
+		p.addrs[1].dialer.Control = func(string, string, syscall.RawConn) error {
+			if dials.Add(1) <= refusals {
+				return syscall.ECONNREFUSED
+			}
+			return nil
+		}
+		r, err := p.Exchange(context.Background(), dnstest.Query("q.example.", dns.TypeA))
+		switch {
+		case c.want == "" && Reason(err) != ReasonRefused:
+			t.Errorf("%d refusals: err %v, want refused", c.refusals, err)
+		case c.want != "" && (err != nil || answeredBy(r) != c.want):
+			t.Errorf("%d refusals: %v, %v; want an answer from the fallback", c.refusals, r, err)
+		}
+		if want := int32(min(c.refusals, fallbackRedials) + 1); dials.Load() != want {
+			t.Errorf("%d refusals: %d dials of the fallback, want %d", c.refusals, dials.Load(), want)
+		}
+	}
+	// The backend is dialled once per exchange: it is one process.
+	p, _ := newPool(t, Config{Backend: deadAddr(t), FailThreshold: 5})
+	var dials atomic.Int32
+	p.addrs[0].dialer.Control = func(string, string, syscall.RawConn) error { dials.Add(1); return nil }
+	if _, err := p.Exchange(context.Background(), dnstest.Query("q.example.", dns.TypeA)); Reason(err) != ReasonRefused || dials.Load() != 1 {
+		t.Errorf("dead backend: err %v after %d dials, want refused after 1", err, dials.Load())
 	}
 }
 
