@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 	"github.com/nodedns/nodedns/frontend/server"
 	"github.com/nodedns/nodedns/frontend/upstream"
 	"github.com/nodedns/nodedns/shared/health"
+	"github.com/nodedns/nodedns/shared/httpserve"
 	"github.com/nodedns/nodedns/shared/logging"
 	"github.com/nodedns/nodedns/shared/metrics"
 )
@@ -153,7 +153,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		}
 		return ok, detail + "; " + pool.Status().String()
 	}
-	httpSrv, httpAddrs, err := serveHTTP(ctx, cfg, reg, ready, log)
+	httpSrv, httpAddrs, err := serveHTTP(ctx, cfg, reg, ready)
 	if err != nil {
 		abort()
 		_ = srv.Shutdown(context.Background())
@@ -229,7 +229,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 // stop, because an exit would make Kubernetes restart the old pod, which
 // would take the sockets back.
 func handOver(ctx context.Context, cfg config, log *zap.Logger, srv *server.Server, h *handover.Handover,
-	stopping *atomic.Bool, httpSrv []*http.Server) error {
+	stopping *atomic.Bool, httpSrv []*httpserve.Server) error {
 	log.Info("a newer instance took the sockets over; draining")
 	stopping.Store(true)
 	srv.StopReading()
@@ -252,15 +252,15 @@ func handOver(ctx context.Context, cfg config, log *zap.Logger, srv *server.Serv
 // address is empty) on SO_REUSEPORT listeners, so that a second instance
 // during a surge upgrade can bind the same ports. It returns the servers and
 // their bound addresses (metrics, health).
-func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checker, log *zap.Logger) ([]*http.Server, [2]string, error) {
-	var srvs []*http.Server
+func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checker) ([]*httpserve.Server, [2]string, error) {
+	var srvs []*httpserve.Server
 	var addrs [2]string
 	for i, h := range []struct {
-		addr    string
-		handler http.Handler
+		addr   string
+		routes map[string]httpserve.Handler
 	}{
-		{cfg.metricsAddr, metrics.Handler(reg)},
-		{cfg.healthAddr, health.Handler(ready)},
+		{cfg.metricsAddr, map[string]httpserve.Handler{"/metrics": metrics.Handler(reg)}},
+		{cfg.healthAddr, health.Routes(ready)},
 	} {
 		if h.addr == "" {
 			continue
@@ -269,19 +269,13 @@ func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checke
 		if err != nil {
 			return nil, addrs, errors.Join(err, closeHTTP(srvs))
 		}
-		hs := &http.Server{Handler: h.handler, ReadHeaderTimeout: 5 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
-		go func() {
-			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http server", zap.String("addr", l.Addr().String()), zap.Error(err))
-			}
-		}()
-		srvs = append(srvs, hs)
+		srvs = append(srvs, httpserve.Serve(l, h.routes))
 		addrs[i] = l.Addr().String()
 	}
 	return srvs, addrs, nil
 }
 
-func closeHTTP(srvs []*http.Server) error {
+func closeHTTP(srvs []*httpserve.Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var errs []error

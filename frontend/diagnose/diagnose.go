@@ -368,11 +368,10 @@ func dedup(s []string) []string {
 // timeout: nothing listens, versus something that swallows the query.
 func checkDNS(check, network, addr string, timeout time.Duration, fix string) Finding {
 	f := Finding{Check: check}
-	c := &dns.Client{Net: network, Timeout: timeout}
 	m := new(dns.Msg)
 	m.SetQuestion(".", dns.TypeNS)
 	start := time.Now()
-	r, _, err := c.Exchange(m, addr)
+	r, err := upstream.Exchange(context.Background(), network, addr, m, timeout)
 	if err != nil {
 		f.Detail, f.Fix = describe(network, addr, err), fix
 		return f

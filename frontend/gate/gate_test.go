@@ -414,3 +414,26 @@ func TestMetricsPreCreated(t *testing.T) {
 		t.Error("second gate on one set: no error")
 	}
 }
+
+func TestParseStatusLine(t *testing.T) {
+	for _, c := range []struct {
+		line   string
+		code   int
+		status string
+	}{
+		{"HTTP/1.1 200 OK", 200, "200 OK"},
+		{"HTTP/1.0 503 Service Unavailable", 503, "503 Service Unavailable"},
+		{"HTTP/1.1 204", 204, "204"},
+		{"HTTP/2 200 OK", 0, ""},
+		{"HTTP/1.1 20 OK", 0, ""},
+		{"HTTP/1.1 2000 OK", 0, ""},
+		{"HTTP/1.1 abc OK", 0, ""},
+		{"SSH-2.0-OpenSSH", 0, ""},
+		{"", 0, ""},
+	} {
+		code, status, err := parseStatusLine(c.line)
+		if code != c.code || status != c.status || (err == nil) != (c.code != 0) {
+			t.Errorf("parseStatusLine(%q) = %d, %q, %v; want %d, %q", c.line, code, status, err, c.code, c.status)
+		}
+	}
+}

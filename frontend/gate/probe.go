@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
+	"net/textproto"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/miekg/dns"
@@ -41,19 +42,15 @@ func readyAddr(u *url.URL) string {
 // first line of the body joins the error, since CoreDNS's ready plugin lists
 // the plugins that are not ready there.
 //
-// It writes one HTTP/1.1 request on a connection of its own and reads one
-// response with net/http's message code, without http.Client: its
-// Transport would bring HTTP/2 and TLS clients into the binary for one
-// loopback GET a second. So there is no TLS, no proxy and no redirect.
+// It writes one HTTP/1.1 request on a connection of its own and reads the
+// status line and header with net/textproto, without net/http: its client
+// and server, with the TLS stack they link, would be about 2 MB of a binary
+// that runs on every node, for one loopback GET a second. So there is no
+// TLS, no proxy and no redirect.
 func (g *Gate) probeHTTP(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.cfg.ReadyURL, nil)
-	if err != nil {
-		return err
-	}
-	req.Close = true // "Connection: close": one request per connection
-	if err := g.get(ctx, req); err != nil {
+	if err := g.get(ctx); err != nil {
 		if ctx.Err() != nil && !errors.Is(err, errStatus) {
 			// Reported as the context's error, as an HTTP client does:
 			// a deadline is a timeout, a cancellation is not.
@@ -64,10 +61,13 @@ func (g *Gate) probeHTTP(ctx context.Context) error {
 	return nil
 }
 
-// get sends req on a new connection and reads the response. ctx's
+// headBytes bounds the status line and header of an answer.
+const headBytes = 8 << 10
+
+// get sends the GET on a new connection and reads the response. ctx's
 // deadline bounds the dial, the write and the read; its cancellation
 // closes the connection.
-func (g *Gate) get(ctx context.Context, req *http.Request) error {
+func (g *Gate) get(ctx context.Context) error {
 	conn, err := g.dialer.DialContext(ctx, "tcp", g.dialTo)
 	if err != nil {
 		return err
@@ -81,24 +81,53 @@ func (g *Gate) get(ctx context.Context, req *http.Request) error {
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
 
-	if err := req.Write(conn); err != nil {
+	req := "GET " + g.readyURL.RequestURI() + " HTTP/1.1\r\nHost: " + g.readyURL.Host +
+		"\r\nUser-Agent: nodedns-frontend\r\nConnection: close\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
 		return fmt.Errorf("write request: %w", err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	br := bufio.NewReader(io.LimitReader(conn, headBytes+detailBytes+drainBytes))
+	tp := textproto.NewReader(br)
+	line, err := tp.ReadLine()
 	if err != nil {
 		return fmt.Errorf("read response: %w", err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, detailBytes))
-	_, _ = io.CopyN(io.Discard, resp.Body, drainBytes)
-	if resp.StatusCode == http.StatusOK {
+	code, status, err := parseStatusLine(line)
+	if err != nil {
+		return fmt.Errorf("read response: %w", err)
+	}
+	hdr, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return fmt.Errorf("read response: %w", err)
+	}
+	if code == 200 {
+		_, _ = io.CopyN(io.Discard, br, drainBytes)
 		return nil
 	}
-	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
-	if line != "" {
-		return fmt.Errorf("%w: %s (%s)", errStatus, resp.Status, line)
+	if strings.EqualFold(hdr.Get("Transfer-Encoding"), "chunked") {
+		_, _ = tp.ReadLine() // the first chunk's size
 	}
-	return fmt.Errorf("%w: %s", errStatus, resp.Status)
+	body, _ := io.ReadAll(io.LimitReader(br, detailBytes))
+	_, _ = io.CopyN(io.Discard, br, drainBytes)
+	detail, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	if detail = strings.TrimSpace(detail); detail != "" {
+		return fmt.Errorf("%w: %s (%s)", errStatus, status, detail)
+	}
+	return fmt.Errorf("%w: %s", errStatus, status)
+}
+
+// parseStatusLine splits "HTTP/1.1 503 Service Unavailable" into 503 and
+// "503 Service Unavailable".
+func parseStatusLine(line string) (code int, status string, err error) {
+	proto, status, ok := strings.Cut(line, " ")
+	if !ok || !strings.HasPrefix(proto, "HTTP/1.") || len(status) < 3 {
+		return 0, "", fmt.Errorf("malformed HTTP status line %q", line)
+	}
+	code, err = strconv.Atoi(status[:3])
+	if err != nil || code < 100 || code > 999 || len(status) > 3 && status[3] != ' ' {
+		return 0, "", fmt.Errorf("malformed HTTP status line %q", line)
+	}
+	return code, status, nil
 }
 
 // probeDNS asks the backend the probe question over TCP, the transport the
@@ -114,8 +143,7 @@ func (g *Gate) probeDNS(ctx context.Context) (rcode int, err error) {
 	defer cancel()
 	q := new(dns.Msg)
 	q.SetQuestion(dns.Fqdn(g.cfg.ProbeName), g.cfg.ProbeType)
-	c := &dns.Client{Net: "tcp", Timeout: g.cfg.Timeout}
-	r, _, err := c.ExchangeContext(ctx, q, g.cfg.Backend)
+	r, err := upstream.Exchange(ctx, "tcp", g.cfg.Backend, q, g.cfg.Timeout)
 	if err != nil {
 		return 0, err
 	}

@@ -2,20 +2,29 @@ package health
 
 import (
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/nodedns/nodedns/shared/httpserve"
 )
 
-func TestHandler(t *testing.T) {
+func TestRoutes(t *testing.T) {
+	var mu sync.Mutex
 	ready, detail := false, "backend down"
-	srv := httptest.NewServer(Handler(func() (bool, string) { return ready, detail }))
-	defer srv.Close()
+	set := func(r bool, d string) { mu.Lock(); ready, detail = r, d; mu.Unlock() }
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httpserve.Serve(l, Routes(func() (bool, string) { mu.Lock(); defer mu.Unlock(); return ready, detail }))
+	t.Cleanup(func() { _ = srv.Shutdown(t.Context()) })
 
 	get := func(path string) (int, string) {
 		t.Helper()
-		resp, err := http.Get(srv.URL + path)
+		resp, err := http.Get("http://" + srv.Addr().String() + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,10 +37,14 @@ func TestHandler(t *testing.T) {
 		t.Errorf("/health = %d, want 200", code)
 	}
 	if code, body := get("/ready"); code != 503 || body != "backend down" {
-		t.Errorf("/ready not ready = %d %q, want 503 %q", code, body, detail)
+		t.Errorf("/ready not ready = %d %q, want 503 %q", code, body, "backend down")
 	}
-	ready, detail = true, ""
+	set(true, "")
 	if code, body := get("/ready"); code != 200 || body != "OK" {
 		t.Errorf("/ready ready = %d %q, want 200 OK", code, body)
+	}
+	set(false, "")
+	if code, body := get("/ready"); code != 503 || body != "not ready" {
+		t.Errorf("/ready not ready without detail = %d %q, want 503 %q", code, body, "not ready")
 	}
 }

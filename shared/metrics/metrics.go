@@ -12,12 +12,13 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 
 	vm "github.com/VictoriaMetrics/metrics"
+
+	"github.com/nodedns/nodedns/shared/httpserve"
 )
 
 const (
@@ -80,24 +81,26 @@ func Help(family, text string) {
 	}
 }
 
+// ContentType is the media type of the exposition Handler writes.
+const ContentType = "text/plain; version=0.0.4; charset=utf-8"
+
 // Handler serves the sets, then the Go runtime and process series
 // (go_*, process_*), in the Prometheus text format.
-func Handler(sets ...*vm.Set) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+func Handler(sets ...*vm.Set) httpserve.Handler {
+	return func(body *bytes.Buffer) (int, string) {
 		var buf bytes.Buffer
 		for _, s := range sets {
 			s.WritePrometheus(&buf)
 		}
 		vm.WriteProcessMetrics(&buf)
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		writeWithHelp(w, buf.Bytes())
-	})
+		writeWithHelp(body, buf.Bytes())
+		return 200, ContentType
+	}
 }
 
 // writeWithHelp copies the exposition to w, completing the library's bare
 // "# HELP family" lines with the texts given to Help.
-func writeWithHelp(w http.ResponseWriter, text []byte) {
-	bw := bufio.NewWriter(w)
+func writeWithHelp(w *bytes.Buffer, text []byte) {
 	helpMu.RLock()
 	defer helpMu.RUnlock()
 	for len(text) > 0 {
@@ -108,12 +111,11 @@ func writeWithHelp(w http.ResponseWriter, text []byte) {
 		text = text[len(line):]
 		family, ok := bytes.CutPrefix(bytes.TrimSuffix(line, []byte("\n")), []byte("# HELP "))
 		if h := help[string(family)]; ok && h != "" {
-			fmt.Fprintf(bw, "# HELP %s %s\n", family, helpEscaper.Replace(h))
+			fmt.Fprintf(w, "# HELP %s %s\n", family, helpEscaper.Replace(h))
 			continue
 		}
-		bw.Write(line)
+		w.Write(line)
 	}
-	bw.Flush()
 }
 
 var helpEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
