@@ -28,8 +28,13 @@ func servfail(dst, req []byte) []byte {
 	return append(dst, req[headerLen:headerLen+qlen]...)
 }
 
+// maxNameLen is the longest a name may be on the wire, root label included
+// (RFC 1035 3.1).
+const maxNameLen = 255
+
 // questionLen returns the length of the first question of req (name, type,
-// class), or 0 when req has no question or it does not parse. Query names
+// class), or 0 when req has no question or it does not parse (a name longer
+// than 255 octets does not). Query names
 // carry no compression pointers (RFC 1035 4.1.4 allows them, no stub sends
 // them in a question), so a pointer counts as not parsing.
 func questionLen(req []byte) int {
@@ -50,6 +55,9 @@ func questionLen(req []byte) int {
 			return 0
 		}
 		i += 1 + l
+		if i-headerLen >= maxNameLen {
+			return 0 // longer than a name can be, with its root label
+		}
 	}
 	if i+4 > len(req) {
 		return 0
