@@ -112,18 +112,7 @@ func checkProbeAddress(t *testing.T, objs []Object) string {
 // returns the checked probe address and the DaemonSet's pod template.
 func renderProbeAddress(t *testing.T, values, kube string) (string, corev1.PodTemplateSpec, []Object) {
 	t.Helper()
-	vals, err := ParseValues(values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Render(vals, Options{KubeVersion: kube})
-	if err != nil {
-		t.Fatalf("%q: %v", values, err)
-	}
-	objs, err := r.Objects()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, objs, _ := renderKube(t, values, kube)
 	ds, err := DaemonSet(objs)
 	if err != nil {
 		t.Fatal(err)

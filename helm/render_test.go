@@ -56,13 +56,19 @@ updateStrategy: {rollingUpdate: {maxSurge: 0, maxUnavailable: 1}}
 
 func render(t *testing.T, values string) (*Rendering, []Object, map[string]any) {
 	t.Helper()
+	return renderKube(t, values, "")
+}
+
+// renderKube is render for the cluster version kube ("": the default).
+func renderKube(t *testing.T, values, kube string) (*Rendering, []Object, map[string]any) {
+	t.Helper()
 	vals, err := ParseValues(values)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Render(vals, Options{})
+	r, err := Render(vals, Options{KubeVersion: kube})
 	if err != nil {
-		t.Fatalf("render: %v", err)
+		t.Fatalf("render %q: %v", values, err)
 	}
 	objs, err := r.Objects()
 	if err != nil {
@@ -497,18 +503,7 @@ func TestNativeSidecarAuto(t *testing.T) {
 		{"v1.28.5", "backend: {nativeSidecar: true}", true},
 		{"v1.36.0", "backend: {nativeSidecar: false}", false},
 	} {
-		vals, err := ParseValues(tc.values)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := Render(vals, Options{KubeVersion: tc.kube})
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := r.Objects()
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, objs, _ := renderKube(t, tc.values, tc.kube)
 		ds, err := DaemonSet(objs)
 		if err != nil {
 			t.Fatal(err)

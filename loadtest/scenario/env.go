@@ -322,24 +322,31 @@ func (e *Env) bin(name string) string { return filepath.Join(e.opts.BinDir, name
 
 // waitHTTP polls url from netns until it answers 200, p exits or timeout.
 func waitHTTP(ctx context.Context, p *process, netns, url string, timeout time.Duration) error {
+	return poll(ctx, p, timeout, url+" not ready", func(ctx context.Context) error {
+		code, _, err := httpGet(ctx, netns, url)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("status %d", code)
+		}
+		return err
+	})
+}
+
+// poll calls try every 200ms until it returns nil, p (when not nil) exits,
+// or timeout passes; then the error says what, with try's last error.
+func poll(ctx context.Context, p *process, timeout time.Duration, what string, try func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last error
 	for {
 		if p != nil && p.Exited() {
 			return p.errExited()
 		}
-		code, _, err := httpGet(ctx, netns, url)
-		if err == nil && code == http.StatusOK {
+		err := try(ctx)
+		if err == nil {
 			return nil
 		}
-		if err == nil {
-			err = fmt.Errorf("status %d", code)
-		}
-		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %v: %v", url, timeout, last)
+			return fmt.Errorf("%s after %v: %v", what, timeout, err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

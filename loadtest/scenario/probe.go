@@ -24,25 +24,11 @@ func queryIn(netns, server, name string, qtype uint16) (*dns.Msg, time.Duration,
 
 // waitDNS waits until server answers from netns (any rcode but SERVFAIL).
 func waitDNS(ctx context.Context, p *process, netns, server string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		if p != nil && p.Exited() {
-			return p.errExited()
-		}
+	return poll(ctx, p, timeout, fmt.Sprintf("%s from %s: no answer", server, netns), func(context.Context) error {
 		r, _, err := queryIn(netns, server, "kubernetes.default.svc.cluster.local.", dns.TypeA)
-		if err == nil && r.Rcode == dns.RcodeSuccess {
-			return nil
-		}
-		if err == nil {
+		if err == nil && r.Rcode != dns.RcodeSuccess {
 			err = fmt.Errorf("rcode %s", dns.RcodeToString[r.Rcode])
 		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s from %s: no answer after %v: %v", server, netns, timeout, last)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return err
+	})
 }

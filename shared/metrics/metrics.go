@@ -126,16 +126,16 @@ var helpEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
 func Values(s *vm.Set) map[string]float64 {
 	var buf bytes.Buffer
 	s.WritePrometheus(&buf)
-	v, err := Parse(buf.Bytes())
+	v, err := parse(buf.Bytes())
 	if err != nil {
 		panic(err) // the library wrote it; a parse error is a bug here
 	}
 	return v
 }
 
-// Parse reads the samples of a text exposition: name (with labels) and
+// parse reads the samples of a text exposition: name (with labels) and
 // value per line, comments skipped.
-func Parse(text []byte) (map[string]float64, error) {
+func parse(text []byte) (map[string]float64, error) {
 	out := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(text))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)

@@ -78,15 +78,15 @@ func TestHandlerAndValues(t *testing.T) {
 	if !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
 		t.Errorf("Content-Type %q", ct)
 	}
-	if _, err := Parse(body); err != nil {
+	if _, err := parse(body); err != nil {
 		t.Errorf("own output does not parse: %v", err)
 	}
 }
 
 func TestParseRejectsGarbage(t *testing.T) {
 	for _, in := range []string{"novalue\n", "a{} x\n"} {
-		if _, err := Parse([]byte(in)); err == nil {
-			t.Errorf("Parse(%q) gave no error", in)
+		if _, err := parse([]byte(in)); err == nil {
+			t.Errorf("parse(%q) gave no error", in)
 		}
 	}
 }
