@@ -72,6 +72,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.Nice, "nice", cfg.Nice, "niceness of servers, dnsperf and harness; -20 (as root) shields the measurement from other work on the machine")
 	fs.BoolVar(&cfg.Realtime, "realtime", cfg.Realtime, "run the measured runs under SCHED_RR (as root) so other work on the machine delays neither server nor clients")
 	fs.StringVar(&cfg.FrontendBin, "frontend", cfg.FrontendBin, "nodedns-frontend binary")
+	fs.StringVar(&cfg.BaselineBin, "baseline", cfg.BaselineBin, "a second nodedns-frontend `binary` (say the previous commit's) measured beside -frontend in the same run")
 	fs.StringVar(&cfg.CoreDNSBin, "coredns", cfg.CoreDNSBin, "CoreDNS binary run with NodeLocal DNSCache's Corefile")
 	fs.BoolVar(&cfg.Profile, "profile", cfg.Profile, "record each server with perf during the saturating run (OUT/NAME.perf.txt; Go symbols need an unstripped binary)")
 	if err := fs.Parse(args); err != nil {

@@ -54,6 +54,7 @@ type Report struct {
 // server cannot be started or stops answering; every process it started
 // is stopped before it returns, also when ctx is cancelled.
 func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	cfg.Servers = cfg.WithBaseline()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -166,6 +167,8 @@ func checkTools(cfg Config) error {
 		switch s {
 		case Frontend:
 			need[cfg.FrontendBin] = "run `make build`"
+		case Baseline:
+			need[cfg.BaselineBin] = "build the frontend to compare with, e.g. from `git archive`"
 		case Unbound:
 			need["unbound"] = "Debian package unbound"
 		case Dnsmasq:
@@ -245,7 +248,7 @@ func (r *runner) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.name == Frontend {
+	if r.name == Frontend || r.name == Baseline {
 		r.scrape = []string{"http://" + env.metrics + "/metrics", "http://" + env.health + "/health", "http://" + env.health + "/ready"}
 	}
 	r.p, err = startProcess(r.name, argv, r.server, filepath.Join(r.dir, r.name+".log"))

@@ -14,10 +14,19 @@ const (
 	Unbound   = "unbound"   // Debian unbound, one thread, forwarding over TCP
 	Dnsmasq   = "dnsmasq"   // Debian dnsmasq-base, forwarding over UDP
 	NodeLocal = "nodelocal" // CoreDNS with NodeLocal DNSCache's cache and forward blocks
+	// Baseline is a second nodedns-frontend binary (Config.BaselineBin),
+	// say the previous commit's, run like Frontend in the same run so that
+	// a change is measured side by side with what it replaces. It is in
+	// the table only when BaselineBin is set.
+	Baseline = "baseline"
 )
 
 // AllServers lists every server the bench knows, in table order.
 var AllServers = []string{Frontend, Unbound, Dnsmasq, NodeLocal}
+
+// tableOrder is the order of the table's rows: the baseline beside the
+// frontend it is compared with.
+var tableOrder = []string{Frontend, Baseline, Unbound, Dnsmasq, NodeLocal}
 
 // Config controls one bench run. The zero value is not usable; start from
 // DefaultConfig.
@@ -62,6 +71,9 @@ type Config struct {
 	Realtime bool
 	// FrontendBin is the nodedns-frontend binary. Default bin/nodedns-frontend.
 	FrontendBin string
+	// BaselineBin, when set, is another nodedns-frontend binary measured
+	// as the server Baseline in the same run. Default none.
+	BaselineBin string
 	// CoreDNSBin is the CoreDNS build run with NodeLocal DNSCache's Corefile.
 	// Default bin/nodedns-backend.
 	CoreDNSBin string
@@ -115,6 +127,21 @@ func ParseServers(s string) ([]string, error) {
 	return out, nil
 }
 
+// WithBaseline returns the server list with Baseline after Frontend (or
+// first, without Frontend) when BaselineBin is set.
+func (c Config) WithBaseline() []string {
+	if c.BaselineBin == "" || slices.Contains(c.Servers, Baseline) {
+		return c.Servers
+	}
+	var out []string
+	for _, n := range tableOrder {
+		if n == Baseline || slices.Contains(c.Servers, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
 	switch {
@@ -134,8 +161,11 @@ func (c Config) Validate() error {
 		return errors.New("servers: none selected")
 	}
 	for _, s := range c.Servers {
-		if !slices.Contains(AllServers, s) {
+		if !slices.Contains(tableOrder, s) {
 			return fmt.Errorf("unknown server %q", s)
+		}
+		if s == Baseline && c.BaselineBin == "" {
+			return errors.New("server baseline: no baseline binary given")
 		}
 	}
 	return nil

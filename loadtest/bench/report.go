@@ -70,6 +70,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if nl := r.Row(NodeLocal); nl != nil {
 			fmt.Fprintf(&b, "  q/CPU-s vs NodeLocal: %.2fx (target >= %.2fx)\n", ratio(fe.QPerCPU, nl.QPerCPU), targetVsNodeLocal)
 		}
+		if bl := r.Row(Baseline); bl != nil {
+			fmt.Fprintf(&b, "  q/CPU-s vs baseline:  %.2fx (%s; no loss: >= ~0.95x, the spread between runs)\n", ratio(fe.QPerCPU, bl.QPerCPU), c.BaselineBin)
+			fmt.Fprintf(&b, "  peak RSS vs baseline: %.1f MiB vs %.1f MiB = %.2fx\n", float64(fe.PeakRSS)/mib, float64(bl.PeakRSS)/mib, ratio(float64(fe.PeakRSS), float64(bl.PeakRSS)))
+		}
 		note := ""
 		if c.RSSNames != targetRSSNames {
 			note = fmt.Sprintf("; stated for %d names, this run cached %d", targetRSSNames, c.RSSNames)

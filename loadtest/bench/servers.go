@@ -24,8 +24,12 @@ type serverEnv struct {
 // file into env.dir first where it needs one.
 func serverArgv(name string, env serverEnv) ([]string, error) {
 	switch name {
-	case Frontend:
-		return []string{env.cfg.FrontendBin,
+	case Frontend, Baseline:
+		bin := env.cfg.FrontendBin
+		if name == Baseline {
+			bin = env.cfg.BaselineBin
+		}
+		return []string{bin,
 			"--setup-network=false",
 			"--listen=127.0.0.1:" + strconv.Itoa(env.port),
 			"--backend=" + env.backend,
