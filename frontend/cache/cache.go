@@ -69,7 +69,8 @@ type Result struct {
 	// interval set by RefreshFailed.
 	Stale bool
 	// Prefetch asks the caller to refresh the entry in the background; it
-	// is set for one caller only until PrefetchDone or Set.
+	// is set for one caller only until Set, PrefetchDone or PrefetchFailed
+	// (and then not before RecheckInterval).
 	Prefetch bool
 }
 
@@ -188,7 +189,9 @@ func (c *Cache) Get(dst []byte, q *dnswire.Query, limit int) ([]byte, Result) {
 		s.st.Hits[1]++
 	}
 	e.hits++
-	if !stale && c.cfg.PrefetchHits > 0 && e.kind != ServFail && !e.prefetching &&
+	// A refresh that failed is not tried again before the recheck time
+	// (RFC 8767 §5), so a dead backend does not get one prefetch per hit.
+	if !stale && c.cfg.PrefetchHits > 0 && e.kind != ServFail && !e.prefetching && now >= e.recheck &&
 		e.hits >= uint32(c.cfg.PrefetchHits) && (e.expiry-now)*10 < int64(e.ttl)*int64(time.Second) {
 		e.prefetching = true
 		res.Prefetch = true
@@ -222,7 +225,8 @@ const RecheckInterval = 30 * time.Second
 
 // RefreshFailed records that the backend could not refresh key: until
 // RecheckInterval has passed, Get serves the entry stale (while it is
-// within the serve-stale window) instead of reporting a miss.
+// within the serve-stale window) instead of reporting a miss, and asks for
+// no prefetch of it.
 func (c *Cache) RefreshFailed(key []byte) {
 	s, h := c.shard(key)
 	now := c.now()
@@ -233,7 +237,24 @@ func (c *Cache) RefreshFailed(key []byte) {
 	s.mu.Unlock()
 }
 
-// PrefetchDone allows another prefetch of key, after one that failed.
+// PrefetchFailed ends the prefetch of key that Get asked for, which the
+// backend failed: as after RefreshFailed, the entry is not prefetched again
+// before RecheckInterval has passed (RFC 8767 §5), and is served stale
+// once expired. An entry stored since the prefetch started is left alone.
+func (c *Cache) PrefetchFailed(key []byte) {
+	s, h := c.shard(key)
+	now := c.now()
+	s.mu.Lock()
+	if e := s.lookup(h, key); e != nil && e.prefetching {
+		e.prefetching = false
+		e.recheck = now + int64(RecheckInterval)
+	}
+	s.mu.Unlock()
+}
+
+// PrefetchDone allows another prefetch of key at once, after one that ended
+// without an answer through no fault of the backend (the resolver shutting
+// down); after a failed one, call PrefetchFailed.
 func (c *Cache) PrefetchDone(key []byte) {
 	s, h := c.shard(key)
 	s.mu.Lock()

@@ -298,7 +298,7 @@ func TestPrefetchSignal(t *testing.T) {
 	}
 	c.PrefetchDone(q.Key())
 	if r := get(); !r.Prefetch {
-		t.Fatal("no prefetch after the first one failed")
+		t.Fatal("no prefetch after the first one ended")
 	}
 	// A refresh replaces the entry; the new one starts with no hits.
 	if _, err := c.Set(q.Key(), answer(t, b, dns.RcodeSuccess, rrs(t, "p.example. 100 IN A 192.0.2.1"), nil)); err != nil {

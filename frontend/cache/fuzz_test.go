@@ -21,6 +21,12 @@ func FuzzCache(f *testing.F) {
 	nx := req(f, "nx.example.", dns.TypeAAAA, nil)
 	r, _ = answer(f, nx, dns.RcodeNameError, nil, rrs(f, "example. 60 IN SOA ns.example. h.example. 1 1 1 1 60")).Pack()
 	f.Add(nx, r, uint16(100), true)
+	nodata := req(f, "www.example.", dns.TypeAAAA, nil)
+	r, _ = answer(f, nodata, dns.RcodeSuccess, rrs(f, "www.example. 3600 IN CNAME cdn.example."),
+		rrs(f, "example. 3600 IN SOA ns.example. h.example. 1 1 1 1 60")).Pack()
+	f.Add(nodata, r, uint16(59), false)
+	r, _ = answer(f, nodata, dns.RcodeSuccess, rrs(f, "www.example. 60 IN CNAME cdn.example.", "cdn.example. 60 IN CNAME www.example."), nil).Pack()
+	f.Add(nodata, r, uint16(1), false)
 
 	f.Fuzz(func(t *testing.T, qb, rb []byte, advance uint16, tcp bool) {
 		var query dnswire.Query

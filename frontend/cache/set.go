@@ -122,32 +122,6 @@ func (c *Cache) build(key []byte, resp *dns.Msg, now int64) (*Entry, error) {
 	return e, nil
 }
 
-// classify returns the kind of answer m is and the largest TTL its records
-// may keep.
-func (c *Cache) classify(m *dns.Msg) (Kind, uint32) {
-	switch m.Rcode {
-	case dns.RcodeSuccess, dns.RcodeNameError:
-		if m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0 {
-			return Success, secs(c.cfg.MaxTTL)
-		}
-		// RFC 2308 §5: the negative TTL is the smaller of the SOA's TTL
-		// and its MINIMUM field; without an SOA, do not cache.
-		for _, rr := range m.Ns {
-			if soa, ok := rr.(*dns.SOA); ok {
-				t := min(soa.Hdr.Ttl, soa.Minttl, secs(c.cfg.NegativeMaxTTL))
-				return Denial, max(t, secs(c.cfg.MinTTL))
-			}
-		}
-		return noCache, maxTTL
-	case dns.RcodeServerFailure:
-		if c.cfg.ServfailTTL == 0 || c.cfg.NegativeSize == 0 {
-			return noCache, maxTTL
-		}
-		return ServFail, secs(c.cfg.ServfailTTL)
-	}
-	return noCache, maxTTL
-}
-
 // maxTTL is the largest TTL (RFC 2181 §8).
 const maxTTL = 1<<31 - 1
 

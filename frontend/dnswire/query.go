@@ -33,7 +33,13 @@ const (
 	KeyCD = 1 << 1 // the client set the CD bit
 )
 
-const typeOPT = 41
+// Record types the parser looks at.
+const (
+	typeOPT = 41
+	// TypeIXFR and TypeAXFR ask for a zone transfer (RFC 1995, RFC 5936).
+	TypeIXFR = 251
+	TypeAXFR = 252
+)
 
 // Query is a parsed query. Name points into the packet it was parsed from,
 // so a Query must not outlive that packet. The zero value is ready for
@@ -65,6 +71,10 @@ func (q *Query) CD() bool { return q.Flags&flagCD != 0 }
 
 // AD reports the Authentic Data bit (RFC 6840 §5.7).
 func (q *Query) AD() bool { return q.Flags&flagAD != 0 }
+
+// ZoneTransfer reports whether q asks for a zone transfer (AXFR or IXFR),
+// which a server may refuse (RFC 5936 §4.2).
+func (q *Query) ZoneTransfer() bool { return q.QType == TypeAXFR || q.QType == TypeIXFR }
 
 // Key returns the cache key: the lowercased name, type, class, and a flags
 // byte with KeyDO and KeyCD. It aliases q; copy it to keep it.

@@ -25,7 +25,7 @@ const (
 // Values of the "plugin" label of coredns_dns_responses_total: who made the
 // answer.
 const (
-	pluginLocal   = iota // "": made here (FORMERR, NOTIMP, SERVFAIL, BADVERS)
+	pluginLocal   = iota // "": made here (FORMERR, NOTIMP, SERVFAIL, BADVERS, REFUSED)
 	pluginCache          // "cache": from the cache, fresh or stale
 	pluginForward        // "forward": from the backend, on a miss
 	nPlugins

@@ -10,8 +10,11 @@ import (
 
 // prefetch refreshes the entry for key in the background. The cache hands
 // the task to one caller per entry at a time (cache.Result.Prefetch). A
-// failed refresh, or a SERVFAIL, leaves the entry as it is: it expires and
-// may then be served stale.
+// failed refresh, a SERVFAIL or an unusable answer leaves the entry as it
+// is and is recorded as a failed refresh: the entry is not prefetched again
+// for cache.RecheckInterval, and once expired it is served stale for the
+// rest of that interval (RFC 8767 §5), so that a dead backend costs one
+// exchange per entry and interval, not one per hit.
 func (r *Resolver) prefetch(k []byte) {
 	key := bytes.Clone(k)
 	r.mu.Lock()
@@ -27,12 +30,19 @@ func (r *Resolver) prefetch(k []byte) {
 		ctx, cancel := context.WithTimeout(r.ctx, prefetchTimeout)
 		defer cancel()
 		resp, err := r.fetch(ctx, key)
-		if err == nil && resp.Rcode != dns.RcodeServerFailure {
+		if err == nil && resp.Rcode == dns.RcodeServerFailure {
+			err = errServfail
+		}
+		if err == nil {
 			_, err = r.cache.Set(key, resp)
 		}
-		if err != nil || resp.Rcode == dns.RcodeServerFailure {
-			r.log.Debug("prefetch failed", zap.Error(err))
+		switch {
+		case err == nil:
+		case r.ctx.Err() != nil: // our own shutdown is no backend failure
 			r.cache.PrefetchDone(key)
+		default:
+			r.log.Debug("prefetch failed", zap.Error(err))
+			r.cache.PrefetchFailed(key)
 		}
 	}()
 }

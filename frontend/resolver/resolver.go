@@ -86,8 +86,9 @@ func (r *Resolver) Close() {
 	r.cache.Close()
 }
 
-// ServeFast implements server.Handler: parse, count, answer a cache hit or
-// a malformed query; anything else is a miss. A hit does not allocate.
+// ServeFast implements server.Handler: parse, count, answer a cache hit, a
+// malformed query or a zone transfer (REFUSED); anything else is a miss. A
+// hit does not allocate.
 func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool) {
 	start, weight := sampleStart()
 	var q dnswire.Query
@@ -95,6 +96,13 @@ func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool)
 		return r.malformed(dst, req, &q, err, start, weight), true
 	}
 	r.m.request(proto, q.QType)
+	if q.ZoneTransfer() {
+		// RFC 5936 §4.2 lets a server refuse zone transfers: pods get
+		// REFUSED, and no transfer is ever streamed over the backend's
+		// pooled connections.
+		r.m.response(pluginLocal, dnswire.RcodeRefused, start, weight)
+		return dnswire.AppendError(dst[:0], req, &q, dnswire.RcodeRefused), true
+	}
 	resp, res := r.cache.Get(dst[:0], &q, q.Limit(proto.IsTCP()))
 	if !res.Hit {
 		return nil, false
