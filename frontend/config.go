@@ -20,7 +20,7 @@ const (
 	defaultListen          = "169.254.20.10:53"
 	defaultBackend         = "127.0.0.1:5300"
 	defaultMetrics         = ":9253"
-	defaultHealth          = ":9254"
+	defaultHealth          = "127.0.0.1:9254" // loopback: only the node's kubelet probes it; the chart passes the pod's probe address
 	defaultMode            = "iptables"
 	defaultLocalIP         = "169.254.20.10"
 	defaultInterface       = "nodedns"
@@ -75,6 +75,10 @@ type config struct {
 	handoverDir     string
 	cache           cache.Config
 	version         bool
+
+	// maxInflightPerSource bounds one client's misses in flight; 0 is
+	// server.Config's default (an eighth of maxInflight).
+	maxInflightPerSource int
 }
 
 // newFlagSet registers every flag on a new FlagSet that fills cfg. The
@@ -107,6 +111,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.backendReadyURL, "backend-ready-url", defaultBackendReadyURL, "`URL` of the backend's readiness endpoint")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	fs.IntVar(&cfg.maxInflight, "max-inflight", server.DefaultMaxInflight, "misses resolved at once; past it queries are answered SERVFAIL")
+	fs.IntVar(&cfg.maxInflightPerSource, "max-inflight-per-source", 0, "misses of one client address resolved at once; past it its queries are answered SERVFAIL; 0 means an eighth of --max-inflight")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long in-flight queries may take before teardown")
 	fs.StringVar(&cfg.handoverDir, "handover-dir", defaultHandoverDir, "`DIR` of the unix socket through which a newer instance takes the sockets over; empty disables")
 	fs.IntVar(&cfg.cache.Size, "cache-size", c.Size, "positive answers cached")
@@ -187,6 +192,9 @@ func (c config) validate() error {
 	}
 	if c.maxInflight < 1 {
 		errs = append(errs, fmt.Errorf("--max-inflight %d: must be at least 1", c.maxInflight))
+	}
+	if c.maxInflightPerSource < 0 || c.maxInflightPerSource > max(c.maxInflight, 1) {
+		errs = append(errs, fmt.Errorf("--max-inflight-per-source %d: want 0 (an eighth of --max-inflight) up to --max-inflight (%d)", c.maxInflightPerSource, c.maxInflight))
 	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v: must be positive", c.shutdownTimeout))

@@ -115,8 +115,9 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		}
 	}
 	srv, err := server.New(server.Config{
-		Listen:      cfg.listen,
-		MaxInflight: cfg.maxInflight,
+		Listen:               cfg.listen,
+		MaxInflight:          cfg.maxInflight,
+		MaxInflightPerSource: cfg.maxInflightPerSource,
 		// The addresses go onto the interface only once the backend is
 		// ready (DESIGN.md, "Lifecycle rules"): bind them before that.
 		FreeBind:  cfg.setupNetwork,

@@ -293,6 +293,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--sync-interval=10"}, "missing unit"},
 		{[]string{"--shutdown-timeout=0s"}, "--shutdown-timeout"},
 		{[]string{"--max-inflight=0"}, "--max-inflight"},
+		{[]string{"--max-inflight-per-source=-1"}, "--max-inflight-per-source"},
+		{[]string{"--max-inflight=100", "--max-inflight-per-source=101"}, "--max-inflight-per-source"},
 		{[]string{"--log-level=loud"}, "--log-level"},
 		{[]string{"--backend=127.0.0.1"}, "--backend"},
 		{[]string{"--metrics=:9253", "--health=:9253"}, "both"},

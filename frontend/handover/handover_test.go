@@ -42,7 +42,7 @@ func (h *countingHandler) ServeSlow(_ context.Context, dst, req []byte, _ server
 	return echo(dst, req)
 }
 
-func (h *countingHandler) Overloaded(dst, req []byte) []byte { return nil }
+func (h *countingHandler) Overloaded(dst, req []byte, _ server.Proto) []byte { return nil }
 
 func newServer(t *testing.T, listen []string, files []*os.File) (*server.Server, *countingHandler) {
 	t.Helper()

@@ -75,8 +75,8 @@ func FuzzResolver(f *testing.F) {
 				if perr == nil && proto == server.UDP && len(out) > int(query.UDPSize) {
 					t.Fatalf("%d bytes over the client's UDP size %d", len(out), query.UDPSize)
 				}
+				check(res.Overloaded(buf(), qb, proto), "overloaded")
 			}
-			check(res.Overloaded(buf(), qb), "overloaded")
 			clk.Advance(time.Duration(advance) * time.Second)
 			if failLater && i == 0 {
 				ex.set(func(*dns.Msg) (*dns.Msg, error) { return nil, errDown })

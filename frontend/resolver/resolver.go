@@ -163,15 +163,16 @@ var errServfail = errors.New("backend answered SERVFAIL")
 
 // Overloaded implements server.Handler: a query refused for lack of
 // capacity gets a stale answer when there is one (RFC 8767 §5), else
-// SERVFAIL.
-func (r *Resolver) Overloaded(dst, req []byte) []byte {
+// SERVFAIL. Over TCP the answer is whole: only a UDP answer is truncated
+// to the client's UDP size (RFC 1035 §4.2.1, RFC 7766 §8).
+func (r *Resolver) Overloaded(dst, req []byte, proto server.Proto) []byte {
 	start := time.Now()
 	var q dnswire.Query
 	if err := dnswire.ParseQuery(req, &q); err != nil {
 		return r.malformed(dst, req, &q, err, start, 1)
 	}
 	// The server counts these (nodedns_server_overloaded_total).
-	if out, stale, ok := r.cache.GetStale(dst[:0], &q, q.Limit(false)); ok {
+	if out, stale, ok := r.cache.GetStale(dst[:0], &q, q.Limit(proto.IsTCP())); ok {
 		if stale {
 			r.m.servedStale.Inc()
 		}

@@ -29,9 +29,34 @@ const (
 	// net.core.rmem_max.
 	DefaultReadBuffer = 4 << 20
 	// DefaultTCPIdleTimeout is how long a TCP connection may stay silent
-	// (RFC 7766 section 6.2.3 suggests the order of seconds).
+	// while fewer than half of MaxTCPConns are open (RFC 7766 section
+	// 6.2.3 suggests the order of seconds); see tcpIdleTimeout for less.
 	DefaultTCPIdleTimeout = 10 * time.Second
+	// DefaultSourceShare is the fraction (1/DefaultSourceShare) of
+	// MaxInflight and of MaxTCPConns that one client address may hold. One
+	// pod can then use the node's DNS hard (250 misses in flight pass
+	// 250,000 misses a second at a 1ms backend round trip, and 2,500 a
+	// second of names that take 100ms upstream), while a pod that sends
+	// names that hang upstream, or holds connections open, leaves 7/8 of
+	// each budget to everybody else: it takes eight such pods at once to
+	// exhaust one. Stub resolvers send one query, or a handful, at a time.
+	DefaultSourceShare = 8
 )
+
+// minTCPIdleTimeout is the shortest idle timeout a busy server gives a
+// connection: enough for a client to read an answer and send its next
+// pipelined query over a loaded link (RFC 7766 section 6.2.3 lets a
+// server close idle connections sooner when it is short of them).
+const minTCPIdleTimeout = 200 * time.Millisecond
+
+// maxTCPRequest is the largest TCP message read as a query: the same
+// bound as a datagram (maxUDPRequest). A query is one question and an
+// OPT record, a few hundred bytes even padded (RFC 8467 pads queries to
+// a multiple of 128 octets); the retry over TCP after a truncated answer
+// is the very query that fit in a datagram. A longer message is counted
+// and its connection closed unread, so that no connection ever makes the
+// server hold more than this per read.
+const maxTCPRequest = maxUDPRequest
 
 // maxUDPRequest is the largest datagram read as a query. A query is one
 // question and an OPT record: a few hundred bytes even with a cookie and
@@ -67,13 +92,28 @@ type Config struct {
 	// Default: DefaultMaxInflight.
 	MaxInflight int
 
+	// MaxInflightPerSource bounds the misses of one client address in
+	// flight at once; its queries past it are answered by
+	// Handler.Overloaded, as past MaxInflight. Default: MaxInflight /
+	// DefaultSourceShare (250), at least 1.
+	MaxInflightPerSource int
+
 	// MaxTCPConns bounds the open TCP connections over all addresses;
 	// connections past it are closed at once and counted.
 	// Default: DefaultMaxTCPConns.
 	MaxTCPConns int
 
-	// TCPIdleTimeout closes a TCP connection that sent nothing for this
-	// long while no answer for it was pending. Default: DefaultTCPIdleTimeout.
+	// MaxTCPConnsPerSource bounds the open TCP connections of one client
+	// address; its connections past it are closed at once and counted.
+	// Default: MaxTCPConns / DefaultSourceShare (125), at least 1.
+	MaxTCPConnsPerSource int
+
+	// TCPIdleTimeout closes a TCP connection that sent no query for this
+	// long while no answer for it was pending; messages shorter than a
+	// DNS header do not count as queries. Once more than half of
+	// MaxTCPConns are open, connections get a tenth of it, past three
+	// quarters a fiftieth, never less than 200ms (tcpIdleTimeout).
+	// Default: DefaultTCPIdleTimeout.
 	TCPIdleTimeout time.Duration
 
 	// FreeBind sets IP_FREEBIND (IPV6_FREEBIND) so that an address can be
@@ -105,6 +145,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxTCPConns <= 0 {
 		c.MaxTCPConns = DefaultMaxTCPConns
 	}
+	if c.MaxInflightPerSource <= 0 {
+		c.MaxInflightPerSource = max(1, c.MaxInflight/DefaultSourceShare)
+	}
+	if c.MaxTCPConnsPerSource <= 0 {
+		c.MaxTCPConnsPerSource = max(1, c.MaxTCPConns/DefaultSourceShare)
+	}
 	if c.TCPIdleTimeout <= 0 {
 		c.TCPIdleTimeout = DefaultTCPIdleTimeout
 	}
@@ -132,7 +178,30 @@ func (c Config) Validate() error {
 	if c.BatchSize > 1024 {
 		return fmt.Errorf("batch size %d: at most 1024 (UIO_MAXIOV)", c.BatchSize)
 	}
+	d := c.withDefaults()
+	if c.MaxInflightPerSource > d.MaxInflight {
+		return fmt.Errorf("max in-flight per source %d: more than max in-flight %d", c.MaxInflightPerSource, d.MaxInflight)
+	}
+	if c.MaxTCPConnsPerSource > d.MaxTCPConns {
+		return fmt.Errorf("max TCP connections per source %d: more than max TCP connections %d", c.MaxTCPConnsPerSource, d.MaxTCPConns)
+	}
 	return nil
+}
+
+// tcpIdleTimeout is how long a connection may now stay idle with open of
+// limit connections open: base while fewer than half are, then shorter
+// as the slots fill, as unbound shortens the timeout of connections taken
+// while more than half of its TCP slots are in use, so that clients that
+// hold connections idle make room for new ones (RFC 7766 section 6.2.3).
+func tcpIdleTimeout(base time.Duration, open, limit int64) time.Duration {
+	d := base
+	switch {
+	case open*4 > limit*3:
+		d = base / 50
+	case open*2 > limit:
+		d = base / 10
+	}
+	return min(base, max(d, minTCPIdleTimeout))
 }
 
 // parseAddr parses an IP:port listen address. Host names are refused: the

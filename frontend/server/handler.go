@@ -54,7 +54,10 @@ type Handler interface {
 	// to drop the query.
 	ServeSlow(ctx context.Context, dst, req []byte, proto Proto) []byte
 
-	// Overloaded returns the answer (SERVFAIL) for a query refused because
-	// too many misses are in flight, appended to dst[:0], or nil to drop.
-	Overloaded(dst, req []byte) []byte
+	// Overloaded returns the answer (stale, or SERVFAIL) for a miss refused
+	// because too many misses are in flight, over all clients or of this
+	// client, appended to dst[:0], or nil to drop. proto is how the query
+	// came: an answer over TCP is not truncated to the UDP limit
+	// (RFC 7766 section 8). dst has a capacity of at least 65535 bytes.
+	Overloaded(dst, req []byte, proto Proto) []byte
 }

@@ -19,7 +19,22 @@ type serverMetrics struct {
 	udpWriteErr, tcpWriteErr     *vm.Counter
 	dropped                      *vm.Counter
 	panics                       *vm.Counter
+	refused                      [numRefusals]*vm.Counter // by refusal
 }
+
+// refusal is why a miss or a TCP connection was refused for capacity:
+// the label values of nodedns_server_refused_total.
+type refusal uint8
+
+const (
+	refusedInflightTotal  refusal = iota // MaxInflight misses running
+	refusedInflightSource                // the client had MaxInflightPerSource running
+	refusedTCPTotal                      // MaxTCPConns connections open
+	refusedTCPSource                     // the client had MaxTCPConnsPerSource open
+	numRefusals
+)
+
+var refusalNames = [numRefusals]string{"inflight_total", "inflight_source", "tcp_conns_total", "tcp_conns_source"}
 
 // Families of the server's series.
 const (
@@ -33,23 +48,30 @@ const (
 	writeErrFamily    = metrics.Namespace + "_server_write_errors_total"
 	droppedFamily     = metrics.Namespace + "_server_dropped_total"
 	panicsFamily      = metrics.Namespace + "_server_panics_total"
+	refusedFamily     = metrics.Namespace + "_server_refused_total"
 )
 
 func newMetrics(set *vm.Set) *serverMetrics {
 	metrics.Help(packetsFamily, "DNS messages received (direction=in) and sent (direction=out), by transport.")
 	metrics.Help(batchFamily, "Datagrams returned by one recvmmsg call.")
-	metrics.Help(overloadedFamily, "Misses answered without resolution because max-inflight misses were already running.")
+	metrics.Help(overloadedFamily, "Misses answered without resolution because max-inflight misses were already running, over all clients or of the client.")
 	metrics.Help(inflightFamily, "Misses being resolved right now.")
 	metrics.Help(tcpConnsFamily, "Open TCP client connections.")
-	metrics.Help(tcpRejectedFamily, "TCP connections closed at accept because max TCP connections were open.")
+	metrics.Help(tcpRejectedFamily, "TCP connections closed at accept because max TCP connections were open, over all clients or of the client.")
 	metrics.Help(readErrFamily, "Socket read and accept errors, by transport.")
 	metrics.Help(writeErrFamily, "Socket write errors, by transport.")
-	metrics.Help(droppedFamily, "Received datagrams dropped unanswered because they were truncated (larger than 1232 bytes) or shorter than a DNS header.")
+	metrics.Help(droppedFamily, "Received messages dropped unanswered because they were larger than 1232 bytes (a TCP connection is then closed) or shorter than a DNS header.")
+	metrics.Help(refusedFamily, "Misses (answered stale or SERVFAIL) and TCP connections (closed) refused for capacity, by reason: inflight_total, inflight_source, tcp_conns_total, tcp_conns_source.")
 	metrics.Help(panicsFamily, "Handler panics recovered (each query answered SERVFAIL).")
 	packets := func(proto, direction string) *vm.Counter {
 		return set.NewCounter(metrics.Name(packetsFamily, "proto", proto, "direction", direction))
 	}
+	var refused [numRefusals]*vm.Counter
+	for r, name := range refusalNames {
+		refused[r] = set.NewCounter(metrics.Name(refusedFamily, "reason", name))
+	}
 	return &serverMetrics{
+		refused:     refused,
 		udpIn:       packets("udp", "in"),
 		udpOut:      packets("udp", "out"),
 		tcpIn:       packets("tcp", "in"),

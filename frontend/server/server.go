@@ -30,7 +30,11 @@ type Server struct {
 
 	inflight atomic.Int64 // misses running; bounded by cfg.MaxInflight
 	tcpCount atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
-	stopping atomic.Bool  // set once by StopReading
+	// sources holds each client's misses in flight and TCP connections,
+	// bounded by cfg.MaxInflightPerSource and cfg.MaxTCPConnsPerSource.
+	// Misses and TCP accepts use it; cache hits never do.
+	sources  sourceTable
+	stopping atomic.Bool // set once by StopReading
 
 	// slowCtx is passed to ServeSlow; cancelled when Shutdown's context
 	// ends before the in-flight misses do.
@@ -41,6 +45,10 @@ type Server struct {
 	// bigBufs holds maxMessage-sized buffers (*[]byte) for TCP hits, so
 	// that an idle connection does not pin 64 KiB.
 	bigBufs sync.Pool
+	// reqBufs holds maxTCPRequest-sized buffers (*[maxTCPRequest]byte),
+	// taken for the read of one TCP query and put back once it is handled,
+	// so that an idle connection holds no request buffer.
+	reqBufs sync.Pool
 
 	readers sync.WaitGroup // UDP readers, accept loops, TCP connections
 	misses  sync.WaitGroup // UDP misses (TCP ones are waited for by their connection)
@@ -76,6 +84,7 @@ func New(cfg Config, h Handler, log *zap.Logger, set *vm.Set) (*Server, error) {
 	s.slowCtx, s.slowCancel = context.WithCancel(context.Background())
 	s.jobs.New = func() any { return newMissJob(s) }
 	s.bigBufs.New = func() any { b := make([]byte, 0, maxMessage); return &b }
+	s.reqBufs.New = func() any { return new([maxTCPRequest]byte) }
 	return s, nil
 }
 
@@ -290,20 +299,40 @@ func (s *Server) closeSockets() {
 	})
 }
 
-// acquire takes an in-flight slot for a miss; false means overloaded.
-func (s *Server) acquire() bool {
+// acquire takes an in-flight slot for a miss of the client src: one of
+// the server's and one of the client's share. false means overloaded; the
+// refusal is counted by reason.
+func (s *Server) acquire(src srcKey) bool {
 	if s.inflight.Add(1) > int64(s.cfg.MaxInflight) {
 		s.inflight.Add(-1)
-		s.m.overloaded.Inc()
+		s.refuse(refusedInflightTotal)
+		return false
+	}
+	if !s.sources.take(src, srcMisses, s.cfg.MaxInflightPerSource) {
+		s.inflight.Add(-1)
+		s.refuse(refusedInflightSource)
 		return false
 	}
 	s.m.inflight.Inc()
 	return true
 }
 
-func (s *Server) release() {
+// release gives back the slots acquire took for src.
+func (s *Server) release(src srcKey) {
+	s.sources.give(src, srcMisses)
 	s.inflight.Add(-1)
 	s.m.inflight.Dec()
+}
+
+// refuse counts a refusal for capacity.
+func (s *Server) refuse(r refusal) {
+	s.m.refused[r].Inc()
+	switch r {
+	case refusedInflightTotal, refusedInflightSource:
+		s.m.overloaded.Inc()
+	default:
+		s.m.tcpRejected.Inc()
+	}
 }
 
 // serveFast calls the handler's ServeFast; a panic or a response that no
@@ -338,14 +367,18 @@ func (s *Server) serveSlow(dst, req []byte, p Proto) (resp []byte) {
 }
 
 // overloaded calls the handler's Overloaded with the same protections.
-func (s *Server) overloaded(dst, req []byte) (resp []byte) {
+func (s *Server) overloaded(dst, req []byte, p Proto) (resp []byte) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.recovered(r, req)
 			resp = servfail(dst, req)
 		}
 	}()
-	return s.h.Overloaded(dst, req)
+	resp = s.h.Overloaded(dst, req, p)
+	if len(resp) > maxMessage {
+		resp = servfail(dst, req)
+	}
+	return resp
 }
 
 func (s *Server) recovered(r any, req []byte) {

@@ -91,7 +91,7 @@ func (f *fakeHandler) ServeSlow(ctx context.Context, dst, req []byte, _ Proto) [
 	return answer(dst, req)
 }
 
-func (f *fakeHandler) Overloaded(dst, req []byte) []byte {
+func (f *fakeHandler) Overloaded(dst, req []byte, _ Proto) []byte {
 	dst = answer(dst, req)
 	dst[3] = dst[3]&0xF0 | dns.RcodeServerFailure
 	return dst
@@ -352,9 +352,12 @@ func TestOverloaded(t *testing.T) {
 	if got := metricstest.Value(t, set, "nodedns_server_overloaded_total"); got != 2 {
 		t.Errorf("overloaded = %v, want 2", got)
 	}
+	if got := metricstest.Value(t, set, refusedSeries("inflight_total")); got != 2 {
+		t.Errorf("refused inflight_total = %v, want 2", got)
+	}
 	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_inflight") == 0 })
 	want := `
-# HELP nodedns_server_overloaded_total Misses answered without resolution because max-inflight misses were already running.
+# HELP nodedns_server_overloaded_total Misses answered without resolution because max-inflight misses were already running, over all clients or of the client.
 # TYPE nodedns_server_overloaded_total counter
 nodedns_server_overloaded_total 2
 `

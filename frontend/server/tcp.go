@@ -28,17 +28,16 @@ func (s *Server) acceptLoop(l net.Listener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if s.tcpCount.Add(1) > int64(s.cfg.MaxTCPConns) {
-			s.tcpCount.Add(-1)
-			s.m.tcpRejected.Inc()
+		src, ok := s.acceptConn(c)
+		if !ok {
 			_ = c.Close()
 			continue
 		}
-		tc := &tcpConn{s: s, conn: c, proto: tcpProto(c), slots: make(chan struct{}, maxPendingPerConn)}
+		tc := &tcpConn{s: s, conn: c, proto: tcpProto(c), src: src, slots: make(chan struct{}, maxPendingPerConn)}
 		s.mu.Lock()
 		if s.stopping.Load() {
 			s.mu.Unlock()
-			s.tcpCount.Add(-1)
+			s.dropConn(src)
 			_ = c.Close()
 			return
 		}
@@ -48,6 +47,29 @@ func (s *Server) acceptLoop(l net.Listener) {
 		s.readers.Add(1)
 		go tc.serve()
 	}
+}
+
+// acceptConn takes a connection slot of the server and one of c's client;
+// false means c is to be closed (the refusal is counted).
+func (s *Server) acceptConn(c net.Conn) (srcKey, bool) {
+	src := tcpSource(c)
+	if s.tcpCount.Add(1) > int64(s.cfg.MaxTCPConns) {
+		s.tcpCount.Add(-1)
+		s.refuse(refusedTCPTotal)
+		return src, false
+	}
+	if !s.sources.take(src, srcConns, s.cfg.MaxTCPConnsPerSource) {
+		s.tcpCount.Add(-1)
+		s.refuse(refusedTCPSource)
+		return src, false
+	}
+	return src, true
+}
+
+// dropConn gives back the slots acceptConn took.
+func (s *Server) dropConn(src srcKey) {
+	s.sources.give(src, srcConns)
+	s.tcpCount.Add(-1)
 }
 
 // tcpProto is the Proto of queries on c.
@@ -65,6 +87,7 @@ type tcpConn struct {
 	s       *Server
 	conn    net.Conn
 	proto   Proto          // TCP, with IPv6 for an IPv6 client
+	src     srcKey         // the client, whose connection slot c holds
 	pending sync.WaitGroup // misses whose answer is not written yet
 	npend   atomic.Int32
 	slots   chan struct{} // one per pending miss; bounds a connection's share
@@ -81,13 +104,15 @@ func (c *tcpConn) serve() {
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
-		s.tcpCount.Add(-1)
+		s.dropConn(c.src)
 		s.m.tcpConns.Dec()
 	}()
 	var lenBuf [2]byte
-	req := make([]byte, 0, 512)
+	// The idle deadline moves only when a query is read (or an answer is
+	// still owed): messages that do no work do not keep a slot.
+	deadline := c.idleDeadline()
 	for {
-		_ = c.conn.SetReadDeadline(time.Now().Add(s.cfg.TCPIdleTimeout))
+		_ = c.conn.SetReadDeadline(deadline)
 		// Checked after setting the deadline: StopReading sets the flag
 		// before it moves every deadline to the past, so either it sees
 		// this deadline or this sees its flag.
@@ -96,38 +121,65 @@ func (c *tcpConn) serve() {
 		}
 		if _, err := io.ReadFull(c.conn, lenBuf[:]); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) && c.npend.Load() > 0 && !s.stopping.Load() {
+				deadline = c.idleDeadline()
 				continue // idle only once every answer is out
 			}
 			c.readErr(err)
 			return
 		}
 		n := int(binary.BigEndian.Uint16(lenBuf[:]))
-		if cap(req) < n {
-			req = make([]byte, 0, n)
-		}
-		req = req[:n]
-		if _, err := io.ReadFull(c.conn, req); err != nil {
-			c.readErr(err)
+		if n > maxTCPRequest {
+			// No query is this long (maxTCPRequest): close rather than
+			// read it, as unbound drops what is larger than its buffer.
+			s.m.tcpIn.Inc()
+			s.m.dropped.Inc()
 			return
 		}
-		s.m.tcpIn.Inc()
-		if n < headerLen {
-			s.m.dropped.Inc()
-			continue
+		if !c.query(n) {
+			return
 		}
-		bp := s.bigBufs.Get().(*[]byte)
-		resp, ok := s.serveFast((*bp)[:0], req, c.proto)
-		if !ok {
-			if s.acquire() {
-				c.miss(req)
-			} else {
-				c.write(s.overloaded((*bp)[:0], req))
-			}
-		} else {
-			c.write(resp)
+		if n >= headerLen {
+			deadline = c.idleDeadline()
 		}
-		s.bigBufs.Put(bp)
 	}
+}
+
+// idleDeadline is when the connection is idle if it sends no query before:
+// the idle timeout shrinks as the server's connection slots fill.
+func (c *tcpConn) idleDeadline() time.Time {
+	s := c.s
+	return time.Now().Add(tcpIdleTimeout(s.cfg.TCPIdleTimeout, s.tcpCount.Load(), int64(s.cfg.MaxTCPConns)))
+}
+
+// query reads a message of n bytes (at most maxTCPRequest) into a pooled
+// buffer and answers it; false means the connection is done.
+func (c *tcpConn) query(n int) bool {
+	s := c.s
+	rb := s.reqBufs.Get().(*[maxTCPRequest]byte)
+	defer s.reqBufs.Put(rb)
+	req := rb[:n]
+	if _, err := io.ReadFull(c.conn, req); err != nil {
+		c.readErr(err)
+		return false
+	}
+	s.m.tcpIn.Inc()
+	if n < headerLen {
+		s.m.dropped.Inc()
+		return true
+	}
+	bp := s.bigBufs.Get().(*[]byte)
+	resp, ok := s.serveFast((*bp)[:0], req, c.proto)
+	if !ok {
+		if s.acquire(c.src) {
+			c.miss(req)
+		} else {
+			c.write(s.overloaded((*bp)[:0], req, c.proto))
+		}
+	} else {
+		c.write(resp)
+	}
+	s.bigBufs.Put(bp)
+	return true
 }
 
 // readErr counts a read error unless it is the normal end of a connection.
@@ -157,7 +209,7 @@ func (c *tcpConn) miss(req []byte) {
 func (j *missJob) runTCP() {
 	s, c := j.s, j.c
 	resp := s.serveSlow(j.dst, j.req, c.proto)
-	s.release()
+	s.release(c.src)
 	c.write(resp)
 	c.npend.Add(-1)
 	<-c.slots

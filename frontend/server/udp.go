@@ -172,12 +172,14 @@ func (u *udpSocket) handleBatch(n int) {
 		}
 		off := i * maxUDPRequest
 		req := u.rbuf[off : off+int(h.Len) : off+maxUDPRequest]
-		resp, ok := s.serveFast(u.scratch, req, udpProto(&u.names[i]))
+		p := udpProto(&u.names[i])
+		resp, ok := s.serveFast(u.scratch, req, p)
 		if !ok {
-			if s.acquire() {
-				u.miss(req, i)
+			// Only a miss looks at its client's share.
+			if src := udpSource(&u.names[i]); s.acquire(src) {
+				u.miss(req, i, src)
 			} else {
-				u.queue(s.overloaded(u.scratch, req), i)
+				u.queue(s.overloaded(u.scratch, req, p), i)
 			}
 		} else {
 			u.queue(resp, i)
@@ -276,11 +278,12 @@ func sendto(fd uintptr, b []byte, name *unix.RawSockaddrInet6, namelen uint32) s
 	}
 }
 
-// miss hands message i to a goroutine that resolves it and answers with
-// sendto. The in-flight slot is already taken.
-func (u *udpSocket) miss(req []byte, i int) {
+// miss hands message i from src to a goroutine that resolves it and
+// answers with sendto. The in-flight slot is already taken.
+func (u *udpSocket) miss(req []byte, i int, src srcKey) {
 	j := u.s.jobs.Get().(*missJob)
 	j.u = u
+	j.src = src
 	j.req = append(j.req[:0], req...)
 	j.name = u.names[i]
 	j.namelen = u.rhdr[i].Hdr.Namelen
@@ -293,6 +296,7 @@ type missJob struct {
 	s       *Server
 	u       *udpSocket // UDP misses
 	c       *tcpConn   // TCP misses
+	src     srcKey     // the client, whose in-flight slot the job holds
 	req     []byte
 	dst     []byte
 	name    unix.RawSockaddrInet6
@@ -321,7 +325,7 @@ func (j *missJob) runUDP() {
 	s, u := j.s, j.u
 	defer s.misses.Done()
 	resp := s.serveSlow(j.dst, j.req, udpProto(&j.name))
-	s.release()
+	s.release(j.src)
 	if len(resp) > 0 {
 		j.resp = resp
 		err := u.rc.Write(j.writeFn)
