@@ -131,7 +131,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		abort()
 		return err
 	}
-	nw, g, err := startNetwork(ctx, cfg, log, reg)
+	nw, g, err := startNetwork(ctx, cfg, log, reg, pool)
 	if err != nil {
 		abort()
 		_ = srv.Shutdown(context.Background())

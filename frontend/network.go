@@ -46,12 +46,13 @@ const presenceLock = "network.lock"
 
 // startNetwork starts the backend gate (with --setup-network only: it
 // decides when the node's DNS is taken over) and returns the node
-// networking, not yet set up. The gate runs until ctx ends.
-func startNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set) (network, *gate.Gate, error) {
+// networking, not yet set up. The gate runs until ctx ends and tells pool
+// of each change it sees.
+func startNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, pool backendProber) (network, *gate.Gate, error) {
 	if !cfg.setupNetwork {
 		return noNetwork{}, nil, nil
 	}
-	g, err := gate.New(gate.Config{Backend: cfg.backend, ReadyURL: cfg.backendReadyURL}, log.Named("gate"), reg)
+	g, err := gate.New(gateConfig(cfg, pool), log.Named("gate"), reg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -61,6 +62,25 @@ func startNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set)
 		return nil, nil, err
 	}
 	return nw, g, nil
+}
+
+// backendProber is the part of upstream.Pool the gate feeds.
+type backendProber interface {
+	ProbeBackend()
+}
+
+// gateConfig is the gate's configuration for cfg. Each change of the
+// gate's verdict makes the pool probe the backend at once: the pool's own
+// probes decide the backend's health, since they must work without the
+// gate too (--setup-network=false), and the gate's view makes them prompt,
+// so a backend back from a restart is used again as soon as the gate finds
+// it ready, however long the pool's probe backoff had grown.
+func gateConfig(cfg config, pool backendProber) gate.Config {
+	return gate.Config{
+		Backend:  cfg.backend,
+		ReadyURL: cfg.backendReadyURL,
+		OnChange: func(bool, string) { pool.ProbeBackend() },
+	}
 }
 
 // newNetwork returns the node networking for cfg: nothing at all with
@@ -77,6 +97,7 @@ func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, g
 		SyncInterval: cfg.syncInterval,
 		DNSPort:      listenPort(cfg.listen),
 		HealthPort:   addrPort(cfg.healthAddr),
+		Backend:      cfg.backend,
 	}
 	m, err := nodenet.NewHost(ctx, ncfg, log, reg)
 	if err != nil {

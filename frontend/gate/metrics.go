@@ -66,7 +66,8 @@ func newMetrics(set *vm.Set) (*gateMetrics, error) {
 	for _, p := range []string{probeHTTP, probeDNS} {
 		m.failures[p] = map[string]*vm.Counter{}
 		for _, r := range upstream.Reasons {
-			if r != upstream.ReasonOK && r != upstream.ReasonOverloaded {
+			// No probe of the gate is refused for load or judged by rcode.
+			if r != upstream.ReasonOK && r != upstream.ReasonOverloaded && r != upstream.ReasonRcode {
 				m.failures[p][r] = set.NewCounter(metrics.Name(familyFailures, "probe", p, "reason", r))
 			}
 		}

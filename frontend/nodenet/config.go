@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -55,6 +56,13 @@ type Config struct {
 	// SyncInterval is how often Run re-applies the interface and rules;
 	// default 10s.
 	SyncInterval time.Duration
+	// Backend is the local backend's TCP address (host:port) as the
+	// frontend dials it. When its host is a loopback IP, the frontend's
+	// connections to it get NOTRACK and ACCEPT rules too, so that misses
+	// leave no conntrack entries either (docs/architecture.md, "Frontend
+	// to backend"). Another host (a name, a pod IP) gets no rule. Default
+	// none.
+	Backend string
 }
 
 func (c *Config) setDefaults() {
@@ -104,6 +112,11 @@ func (c *Config) Validate() error {
 	if c.DNSPort < 1 || c.DNSPort > 65535 || c.HealthPort < 0 || c.HealthPort > 65535 {
 		return fmt.Errorf("ports %d/%d out of range", c.DNSPort, c.HealthPort)
 	}
+	if c.Backend != "" {
+		if _, _, err := c.loopbackBackend(); err != nil {
+			return err
+		}
+	}
 	if c.SyncInterval < 100*time.Millisecond {
 		return fmt.Errorf("sync interval %v: want at least 100ms", c.SyncInterval)
 	}
@@ -118,6 +131,37 @@ func (c *Config) OwnedIPs() []net.IP {
 		ips = append(ips, c.ServiceIPs...)
 	}
 	return ips
+}
+
+// loopbackBackend returns the IP and port of Backend when its host is a
+// loopback IP and its port a number, and a nil IP otherwise (Backend empty,
+// a host name, a service name). The error is for a Backend that is not
+// host:port, or whose port number is out of range.
+func (c *Config) loopbackBackend() (net.IP, int, error) {
+	if c.Backend == "" {
+		return nil, 0, nil
+	}
+	host, port, err := net.SplitHostPort(c.Backend)
+	if err != nil {
+		return nil, 0, fmt.Errorf("backend %q: %w", c.Backend, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		// A service name ("domain"), which the dialer looks up: no
+		// rule, as for a host name.
+		return nil, 0, nil
+	}
+	if p < 1 || p > 65535 {
+		return nil, 0, fmt.Errorf("backend %q: port %d out of range", c.Backend, p)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return nil, 0, nil
+	}
+	if v4 := ip.To4(); v4 != nil {
+		ip = v4
+	}
+	return ip, p, nil
 }
 
 // ParseIPs parses a comma separated list of addresses ("" gives none).

@@ -51,7 +51,7 @@ func TestE2EDiagnose(t *testing.T) {
 	c.backend.ready.Store(true)
 	// A long sync interval keeps the damage in place while diagnose looks.
 	c.start(t, "--sync-interval=1h")
-	waitFor(t, 10*time.Second, "takeover", func() bool { return c.linkExists() && len(c.nodednsRules(t)) == 36 })
+	waitFor(t, 10*time.Second, "takeover", func() bool { return c.linkExists() && len(c.nodednsRules(t)) == 42 })
 	resolv := writeFile(t, "resolv.conf", "nameserver "+node2IP+"\n")
 	kubelet := writeFile(t, "config.yaml", "kind: KubeletConfiguration\nclusterDNS:\n- "+clusterIP+"\n")
 
@@ -74,7 +74,7 @@ func TestE2EDiagnose(t *testing.T) {
 			c.node.Run("iptables", "-t", "raw", "-D", "PREROUTING", "-d", clusterIP+"/32", "-p", "udp", "-m", "udp", "--dport", "53",
 				"-m", "comment", "--comment", "nodedns: notrack udp to 10.96.0.10:53", "-j", "NOTRACK")
 			return nil, resolv, kubelet
-		}, []string{"[FAIL] rules (iptables-nft): 1 of 36 rules missing", `raw/PREROUTING "nodedns: notrack udp to 10.96.0.10:53"`}},
+		}, []string{"[FAIL] rules (iptables-nft): 1 of 42 rules missing", `raw/PREROUTING "nodedns: notrack udp to 10.96.0.10:53"`}},
 		{"rules in the other backend", func(t *testing.T) ([]string, string, string) {
 			c.node.Run("iptables-legacy", "-t", "raw", "-A", "PREROUTING", "-d", clusterIP, "-p", "udp", "--dport", "53",
 				"-m", "comment", "--comment", "nodedns: left by an old instance", "-j", "NOTRACK")

@@ -307,10 +307,11 @@ func TestE2ETakeoverLifecycle(t *testing.T) {
 		}
 	})
 
-	// 3 addresses × (udp, tcp) × 5 rules + 3 × 2 health-port rules.
+	// 3 addresses × (udp, tcp) × 5 rules + 3 × 2 health-port rules + 6
+	// for the connections to the loopback backend.
 	wantRules := c.nodednsRules(t)
-	if len(wantRules) != 36 {
-		t.Errorf("%d rules installed, want 36", len(wantRules))
+	if len(wantRules) != 42 {
+		t.Errorf("%d rules installed, want 42", len(wantRules))
 	}
 	t.Run("deleted rule restored", func(t *testing.T) {
 		c.node.Run("iptables", "-t", "raw", "-D", "PREROUTING", "-d", clusterIP+"/32", "-p", "udp", "-m", "udp", "--dport", "53",

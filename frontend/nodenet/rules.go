@@ -94,6 +94,20 @@ func Rules(cfg Config) []Rule {
 				"-s", a, "-p", "tcp", "--sport", health)
 		}
 	}
+	if ip, port, _ := cfg.loopbackBackend(); ip != nil {
+		// Misses go to the backend over loopback TCP. Both directions are
+		// sent by a local process, so both pass raw OUTPUT, where loopback
+		// traffic gets its conntrack entry (kept with the packet across
+		// lo, so PREROUTING adds none); both also arrive through INPUT.
+		a, p := ip.String(), strconv.Itoa(port)
+		addr := net.JoinHostPort(a, p)
+		add(ip, "raw", "OUTPUT", "notrack tcp to backend "+addr, "-d", a, "-p", "tcp", "--dport", p)
+		add(ip, "raw", "OUTPUT", "notrack tcp from backend "+addr, "-s", a, "-p", "tcp", "--sport", p)
+		add(ip, "filter", "INPUT", "accept tcp to backend "+addr, "-d", a, "-p", "tcp", "--dport", p)
+		add(ip, "filter", "INPUT", "accept tcp from backend "+addr, "-s", a, "-p", "tcp", "--sport", p)
+		add(ip, "filter", "OUTPUT", "accept tcp to backend "+addr, "-d", a, "-p", "tcp", "--dport", p)
+		add(ip, "filter", "OUTPUT", "accept tcp from backend "+addr, "-s", a, "-p", "tcp", "--sport", p)
+	}
 	return groupRules(rules)
 }
 

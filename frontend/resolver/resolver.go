@@ -119,7 +119,8 @@ func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool)
 
 // ServeSlow implements server.Handler: a miss goes to the backend, and the
 // answer is stored and written like a hit. When the backend fails or
-// answers SERVFAIL, an expired entry is served stale (RFC 8767 §5).
+// answers SERVFAIL, or has not answered within the client response timer,
+// an expired entry is served stale (RFC 8767 §5).
 func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.Proto) []byte {
 	start := time.Now()
 	var q dnswire.Query
@@ -128,7 +129,15 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 	}
 	limit := q.Limit(proto.IsTCP())
 	key := q.Key()
-	resp, err := r.fetch(ctx, key)
+	var resp *dns.Msg
+	var err error
+	if _, stale, ok := r.cache.GetStale(dst[:0], &q, limit); ok && stale {
+		// An expired answer is there to serve: wait for the backend only
+		// as long as the client response timer (RFC 8767 §5).
+		resp, err = r.fetchWithin(ctx, key, clientResponseTimer)
+	} else {
+		resp, err = r.fetch(ctx, key)
+	}
 	if err == nil && resp.Rcode == dns.RcodeServerFailure {
 		err = errServfail
 	}

@@ -12,28 +12,62 @@ const (
 	// DefaultBackend is the local backend's DNS listener for the frontend.
 	DefaultBackend = "127.0.0.1:5300"
 	// DefaultTimeout bounds one attempt (dial, write and read) on one
-	// address. Loopback answers in microseconds and the backend's own
-	// forwarders give up after a few seconds, so 2s only expires for a hung
-	// or black-holed peer, and still leaves the caller time for a fallback.
-	DefaultTimeout = 2 * time.Second
+	// address. It is longer than the backend can take to answer a name it
+	// forwards, so that a name which is merely slow upstream is answered
+	// (or given the backend's own SERVFAIL) rather than timed out and sent
+	// to a fallback, which would forward it to the same slow servers:
+	// CoreDNS's forward plugin (v1.15.0, plugin/forward/forward.go) starts
+	// no new try after its defaultTimeout of 5s, and a try started just
+	// before that waits up to its defaultReadTimeout of 2s for the answer.
+	// The half second on top covers the loopback hop and the backend's
+	// scheduling. A hung backend costs this much only to the misses of the
+	// first few seconds, until its probes mark it down.
+	DefaultTimeout = forwardTimeout + forwardReadTimeout + 500*time.Millisecond
 	// DefaultMaxInflight bounds concurrent upstream exchanges (after
 	// coalescing), like CoreDNS forward's max_concurrent.
 	DefaultMaxInflight = 1000
-	// DefaultMaxIdleConns bounds the idle connections kept per address.
-	DefaultMaxIdleConns = 32
+	// DefaultMaxIdleConns bounds the idle connections kept per address. It
+	// is DefaultMaxInflight, the most connections the exchanges in flight
+	// can hold at once (one each), so that a connection is never closed on
+	// its return for want of room: one closed there is dialled again by
+	// the next burst of the same concurrency, and each such churned
+	// connection leaves a socket in TIME_WAIT and, unless NOTRACKed, a
+	// conntrack entry (docs/architecture.md, "Frontend to backend"). What
+	// the traffic no longer uses expires after DefaultIdleTimeout, so the
+	// pool follows the peak concurrency of the last few seconds.
+	DefaultMaxIdleConns = DefaultMaxInflight
 	// DefaultIdleTimeout closes a connection left idle this long. It stays
-	// below CoreDNS's TCP idle timeout (10s), so that the frontend, not the
-	// backend, closes idle connections and a pooled connection is rarely
-	// found closed under a query.
+	// below CoreDNS's TCP idle timeout (10s in core/dnsserver of CoreDNS
+	// v1.15.0, the backend's build), so that the frontend, not the backend,
+	// closes idle connections and a pooled connection is rarely found
+	// closed under a query.
 	DefaultIdleTimeout = 5 * time.Second
-	// DefaultFailThreshold is how many consecutive failed attempts mark an
-	// address down (CoreDNS forward's max_fails uses the same value).
+	// DefaultProbeInterval is the time between probes of an address that
+	// is up: a dead or hung backend is marked down within two intervals
+	// and a probe timeout, at the cost of one loopback query a second.
+	DefaultProbeInterval = time.Second
+	// DefaultProbeTimeout bounds one probe. The backend answers the probe
+	// from memory in well under a millisecond, so a second without an
+	// answer is a hung or overloaded process; CoreDNS's own health checks
+	// wait as long (plugin/pkg/proxy/health.go, defaultTimeout).
+	DefaultProbeTimeout = time.Second
+	// DefaultFailThreshold is how many consecutive failed probes mark an
+	// address down (CoreDNS forward's max_fails, which also counts failed
+	// health checks and not failed queries, uses the same value).
 	DefaultFailThreshold = 2
-	// DefaultBackoffMin and DefaultBackoffMax bound the time a down address
-	// is skipped before one query tries it again; the wait doubles on each
-	// failed try.
-	DefaultBackoffMin = 1 * time.Second
-	DefaultBackoffMax = 30 * time.Second
+	// DefaultBackoffMax bounds the wait between probes of a down address,
+	// which starts at the probe interval and doubles with each failed
+	// probe. A backend back from a restart is probed within this long (at
+	// once when the gate sees it ready: Pool.ProbeBackend), and a dead
+	// fallback behind a Service costs each node one probe every 5s.
+	DefaultBackoffMax = 5 * time.Second
+)
+
+// The backend's forward timeouts, for DefaultTimeout: CoreDNS v1.15.0,
+// plugin/forward/forward.go, defaultTimeout and defaultReadTimeout.
+const (
+	forwardTimeout     = 5 * time.Second
+	forwardReadTimeout = 2 * time.Second
 )
 
 // Config configures a Pool. Zero values take the defaults above.
@@ -54,12 +88,16 @@ type Config struct {
 	MaxIdleConns int
 	// IdleTimeout closes connections idle this long. Default DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// FailThreshold is the number of consecutive failed attempts that mark
-	// an address down. Default DefaultFailThreshold.
+	// ProbeInterval is the time between probes of an address that is up,
+	// and the first wait after it goes down. Default DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe. Default DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// FailThreshold is the number of consecutive failed probes that mark
+	// an address down; failed queries never do. Default DefaultFailThreshold.
 	FailThreshold int
-	// BackoffMin and BackoffMax bound how long a down address is skipped.
-	// Defaults DefaultBackoffMin and DefaultBackoffMax.
-	BackoffMin time.Duration
+	// BackoffMax bounds the wait between probes of a down address.
+	// Default DefaultBackoffMax, and never below ProbeInterval.
 	BackoffMax time.Duration
 }
 
@@ -83,11 +121,14 @@ func (c Config) withDefaults() Config {
 	if c.FailThreshold == 0 {
 		c.FailThreshold = DefaultFailThreshold
 	}
-	if c.BackoffMin == 0 {
-		c.BackoffMin = DefaultBackoffMin
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = DefaultProbeInterval
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = DefaultProbeTimeout
 	}
 	if c.BackoffMax == 0 {
-		c.BackoffMax = DefaultBackoffMax
+		c.BackoffMax = max(DefaultBackoffMax, c.ProbeInterval)
 	}
 	return c
 }
@@ -121,8 +162,11 @@ func (c Config) Validate() error {
 	if c.FailThreshold < 0 {
 		errs = append(errs, fmt.Errorf("fail threshold %d: must be positive", c.FailThreshold))
 	}
-	if c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin {
-		errs = append(errs, fmt.Errorf("backoff %v..%v: need 0 < min <= max", c.BackoffMin, c.BackoffMax))
+	if c.ProbeInterval < 0 || c.ProbeTimeout < 0 {
+		errs = append(errs, fmt.Errorf("probe interval %v, timeout %v: must be positive", c.ProbeInterval, c.ProbeTimeout))
+	}
+	if c.BackoffMax < c.ProbeInterval {
+		errs = append(errs, fmt.Errorf("backoff max %v: must not be below the probe interval %v", c.BackoffMax, c.ProbeInterval))
 	}
 	return errors.Join(errs...)
 }

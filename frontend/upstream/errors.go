@@ -14,9 +14,9 @@ var (
 	// ErrOverloaded is returned at once when MaxInflight upstream exchanges
 	// are already running. The resolver answers SERVFAIL (or stale data).
 	ErrOverloaded = errors.New("upstream: too many exchanges in flight")
-	// ErrNoUpstream is returned when every address is down (backing off)
-	// and none was tried. It wraps the last failure when there is one.
-	ErrNoUpstream = errors.New("upstream: no healthy address")
+	// ErrProbeRcode marks a probe answered with an rcode other than
+	// NOERROR: the address is reachable but cannot answer a miss.
+	ErrProbeRcode = errors.New("probe answered with an error rcode")
 	// ErrMismatch marks a response whose ID or question does not match
 	// the query sent (RFC 5452 section 9.1): it is dropped, not returned.
 	ErrMismatch = errors.New("response does not match query")
@@ -48,12 +48,13 @@ const (
 	ReasonMismatch   = "mismatch"   // response ID or question differs
 	ReasonOverloaded = "overloaded" // MaxInflight reached
 	ReasonCanceled   = "canceled"   // caller gave up
+	ReasonRcode      = "rcode"      // a probe answered SERVFAIL, REFUSED or another error rcode
 	ReasonOther      = "other"
 )
 
 // Reasons lists every value Reason returns.
 var Reasons = []string{ReasonOK, ReasonRefused, ReasonTimeout, ReasonReset, ReasonEOF,
-	ReasonMismatch, ReasonOverloaded, ReasonCanceled, ReasonOther}
+	ReasonMismatch, ReasonOverloaded, ReasonCanceled, ReasonRcode, ReasonOther}
 
 // Reason classifies err into one of Reasons; nil is ReasonOK. It is the one
 // place that tells "connection refused" from "i/o timeout"; diagnostics and
@@ -67,6 +68,8 @@ func Reason(err error) string {
 		return ReasonOverloaded
 	case errors.Is(err, ErrMismatch):
 		return ReasonMismatch
+	case errors.Is(err, ErrProbeRcode):
+		return ReasonRcode
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return ReasonRefused
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),

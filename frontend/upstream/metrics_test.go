@@ -26,6 +26,9 @@ func TestMetricsRegistered(t *testing.T) {
 			want[metrics.Name("nodedns_upstream_requests_total", "upstream", k, "result", r)] = 0
 		}
 		want[metrics.Name("nodedns_upstream_request_duration_seconds_count", "upstream", k)] = 0
+		for _, r := range []string{"ok", "refused", "timeout", "reset", "eof", "mismatch", "rcode", "other"} {
+			want[metrics.Name("nodedns_upstream_probes_total", "upstream", k, "result", r)] = 0
+		}
 	}
 	got := metrics.Values(set)
 	for name, v := range want {

@@ -11,7 +11,7 @@ type Status struct {
 	// and UsingKind its kind, "backend" or "fallback".
 	Using     string
 	UsingKind string
-	// BackendHealthy is false while the backend is marked down.
+	// BackendHealthy is false while the backend's probes have it down.
 	BackendHealthy bool
 	// LastError is the backend's most recent failure ("" if none) and
 	// LastErrorAt when it happened.
@@ -26,9 +26,9 @@ type AddressStatus struct {
 	Kind                string // "backend" or "fallback"
 	Addr                string
 	Healthy             bool
-	ConsecutiveFailures int
-	RetryAt             time.Time // when down, the earliest retry
-	LastError           string    // "" if none
+	ConsecutiveFailures int       // consecutive failed probes
+	NextProbe           time.Time // when down, when the next probe is due
+	LastError           string    // most recent failure, probe or query; "" if none
 	LastReason          string    // Reason of LastError, "" if none
 }
 
@@ -42,7 +42,7 @@ func (p *Pool) Status() Status {
 	p.mu.Unlock()
 	for _, a := range p.addrs {
 		h := a.health.snapshot()
-		as := AddressStatus{Kind: a.kind, Addr: a.addr, Healthy: !h.down, ConsecutiveFailures: h.fails, RetryAt: h.retryAt}
+		as := AddressStatus{Kind: a.kind, Addr: a.addr, Healthy: !h.down, ConsecutiveFailures: h.fails, NextProbe: h.nextProbe}
 		if h.lastErr != nil {
 			as.LastError, as.LastReason = h.lastErr.Error(), Reason(h.lastErr)
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -55,8 +56,19 @@ type conn struct {
 // and a retry included, ends at the deadline: the attempt timeout from now
 // on the wall clock, or ctx's deadline if earlier. now (the pool's clock)
 // only dates connections for idle expiry.
+//
+// One retry on a new connection, within the same deadline, covers the two
+// ways a connection goes bad without the address being at fault: a pooled
+// connection the peer closed while it sat idle (the others are flushed
+// too), and a response that does not match the query (RFC 5452 section
+// 9.1), such as a message the backend sent unasked on that connection (the
+// rest of a streamed zone transfer, RFC 5936 section 2.2) that was waiting
+// ahead of the answer. A mismatch is counted in
+// nodedns_upstream_stray_messages_total, not as a failure of the address:
+// the attempt's result is that of the new connection.
 func (a *address) exchange(ctx context.Context, now time.Time, wire []byte, id uint16, q dns.Question) (*dns.Msg, error) {
-	deadline := time.Now().Add(a.timeout)
+	start := time.Now()
+	deadline := start.Add(a.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -68,12 +80,15 @@ func (a *address) exchange(ctx context.Context, now time.Time, wire []byte, id u
 		}
 	}
 	r, err := c.roundTrip(ctx, deadline, wire, id, q)
-	if err != nil && reused && deadConn(err) {
-		// The peer closed the connection while it sat in the pool, which
-		// is what every pooled connection looks like after the backend
-		// restarts: drop the others too and try once on a new one.
+	if mismatch := errors.Is(err, ErrMismatch); mismatch || (err != nil && reused && deadConn(err)) {
 		c.close()
-		a.flush()
+		if mismatch {
+			a.km.stray.Inc()
+		} else {
+			// What every pooled connection looks like after the backend
+			// restarts: drop the others too.
+			a.flush()
+		}
 		if c, err = a.dial(ctx, deadline); err != nil {
 			return nil, err
 		}
@@ -83,7 +98,9 @@ func (a *address) exchange(ctx context.Context, now time.Time, wire []byte, id u
 		c.close()
 		return nil, err
 	}
-	a.put(c, now)
+	// Dated by the end of the exchange on the pool's clock, so that the
+	// idle list stays in the order of its dates.
+	a.put(c, now.Add(time.Since(start)))
 	return r, nil
 }
 
@@ -134,8 +151,15 @@ func (a *address) get(now time.Time) (c *conn, reused bool) {
 }
 
 // put returns a healthy connection to the pool, or closes it when the pool
-// is full or closed.
+// is full or closed, or when bytes follow the answer just read: they answer
+// no query in flight, so the connection is out of step (counted as a stray
+// message, as one read in place of an answer is).
 func (a *address) put(c *conn, now time.Time) {
+	if c.r.Buffered() > 0 {
+		a.km.stray.Inc()
+		c.close()
+		return
+	}
 	c.used = now
 	a.mu.Lock()
 	if a.closed || len(a.idle) >= a.maxIdle {

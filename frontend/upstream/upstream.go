@@ -3,8 +3,9 @@
 // to fallback addresses (other nodes' backends behind a Service).
 //
 // Identical concurrent queries share one exchange; concurrent exchanges are
-// bounded; each address has its own connection pool and health, so a dead
-// backend costs a timeout only until it is marked down.
+// bounded; each address has its own connection pool, and its own prober
+// that decides its health out of band: failed queries never mark an
+// address down, failed probes do.
 package upstream
 
 import (
@@ -43,7 +44,7 @@ type Pool struct {
 	// for the same answer.
 	ctx    context.Context
 	cancel context.CancelFunc
-	stop   chan struct{} // closed by Close; ends the janitor
+	stop   chan struct{} // closed by Close; ends the janitor and the probers
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
@@ -92,7 +93,8 @@ func New(cfg Config, log *zap.Logger, set *vm.Set) (*Pool, error) {
 		}
 		p.addrs = append(p.addrs, &address{
 			addr: a, kind: kind, timeout: cfg.Timeout, idleFor: cfg.IdleTimeout, maxIdle: cfg.MaxIdleConns,
-			health: health{threshold: cfg.FailThreshold, backoffMin: cfg.BackoffMin, backoffMax: cfg.BackoffMax},
+			health: health{threshold: cfg.FailThreshold, interval: cfg.ProbeInterval, backoffMax: cfg.BackoffMax,
+				kick: make(chan struct{}, 1)},
 		})
 	}
 	m, err := newMetrics(set, p.addrs)
@@ -104,8 +106,11 @@ func New(cfg Config, log *zap.Logger, set *vm.Set) (*Pool, error) {
 	for _, a := range p.addrs {
 		a.m = m
 	}
-	p.wg.Add(1)
+	p.wg.Add(1 + len(p.addrs))
 	go p.janitor()
+	for _, a := range p.addrs {
+		go p.probeLoop(a)
+	}
 	return p, nil
 }
 
@@ -117,8 +122,8 @@ func New(cfg Config, log *zap.Logger, set *vm.Set) (*Pool, error) {
 // exchange's, not m's; the caller sets its own when it writes the answer.
 //
 // Errors: ErrOverloaded at once when MaxInflight exchanges are running;
-// ErrNoUpstream when every address is backing off; otherwise the *Error of
-// each failed attempt, joined; ctx.Err() when ctx ends first.
+// otherwise the *Error of each failed attempt, joined; ctx.Err() when ctx
+// ends first.
 func (p *Pool) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	if len(m.Question) != 1 {
 		return nil, ErrBadQuery
@@ -200,16 +205,29 @@ func (p *Pool) finish(key flightKey, f *flight, r *dns.Msg, err error) {
 	p.wg.Done()
 }
 
-// resolve tries the addresses in order, skipping those marked down.
+// resolve tries the addresses in order, skipping those marked down, and
+// all of them in order when every one is down: the probes may be wrong
+// (CoreDNS's forward does the same when its health checks fail everywhere),
+// and trying costs a refused dial at worst. A failed attempt moves the
+// query on to the next address but leaves the address's health alone (see
+// health): a refused dial tells of this moment and a timeout of this name,
+// while the probe, a question the backend answers from memory, tells of
+// the address.
 func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
 	var errs []error
-	tried := false
+	allDown := true
+	for _, a := range p.addrs {
+		if !a.health.isDown() {
+			allDown = false
+			break
+		}
+	}
 	for i, a := range p.addrs {
-		start := p.now()
-		if !a.health.admit(start) {
+		down := a.health.isDown()
+		if down && !allDown {
 			continue
 		}
-		tried = true
+		start := p.now()
 		// A fresh ID per attempt: the wire ID is ours, not the caller's.
 		id := uint16(rand.Uint32())
 		binary.BigEndian.PutUint16(wire[2:], id)
@@ -218,9 +236,9 @@ func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
 		a.km.duration.Update(end.Sub(start).Seconds())
 		if err == nil {
 			a.km.ok.Inc()
-			if a.health.success(end) {
-				a.healthy.Set(1)
-				p.log.Info("upstream is answering again", zap.String("upstream", a.kind), zap.String("address", a.addr))
+			if down {
+				// Alive after all: let its probe say so at once.
+				a.health.kickProbe()
 			}
 			if i > 0 {
 				p.m.fallback.Inc()
@@ -240,35 +258,23 @@ func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
 		} else {
 			a.km.err.Inc()
 		}
-		if a.health.failure(start, end, err) {
-			a.flush()
-			a.healthy.Set(0)
-			p.log.Warn("upstream marked down", zap.String("upstream", a.kind), zap.String("address", a.addr),
-				zap.String("reason", Reason(err)), zap.Error(err))
-		}
-	}
-	if !tried {
-		// Nothing was tried: report why the backend is down.
-		if last := p.addrs[0].health.snapshot().lastErr; last != nil {
-			return nil, fmt.Errorf("%w: %w", ErrNoUpstream, last)
-		}
-		return nil, ErrNoUpstream
+		a.health.queryFailed(end, err)
 	}
 	return nil, errors.Join(errs...)
 }
 
-// BackendUp tells the pool that the backend passed an outside probe (the
-// gate's, every second). If the backend is marked down, the next exchange
-// tries it at once rather than after its backoff, which may have grown to
-// BackoffMax: a backend back from a restart is in use again within a probe
-// interval. Should that exchange fail, the backend stays down.
-func (p *Pool) BackendUp() { p.addrs[0].health.probed(p.now()) }
+// ProbeBackend makes the backend's prober probe it now instead of at its
+// next turn. The gate calls it each time its own checks see the backend
+// change state (gate.Config.OnChange), so that a backend back from a
+// restart is in use again as soon as the gate finds it ready, however long
+// its probe backoff had grown, and one that stopped is probed at once.
+// The pool's own probe still decides.
+func (p *Pool) ProbeBackend() { p.addrs[0].health.kickProbe() }
 
 // first returns the address an exchange would try first now.
 func (p *Pool) first() *address {
-	now := p.now()
 	for _, a := range p.addrs {
-		if s := a.health.snapshot(); !s.down || !now.Before(s.retryAt) {
+		if !a.health.isDown() {
 			return a
 		}
 	}
