@@ -57,8 +57,15 @@ func TestGateFeedsPool(t *testing.T) {
 	})}
 	started := make(chan struct{})
 	srv.NotifyStartedFunc = func() { close(started) }
-	go func() { _ = srv.ListenAndServe() }()
-	<-started
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe() }()
+	select {
+	case <-started:
+	case err := <-served:
+		t.Fatalf("backend on %s: %v", addr, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("backend on %s: not serving after 10s", addr)
+	}
 	t.Cleanup(func() { _ = srv.Shutdown() })
 
 	gc.OnChange(true, "backend ready")

@@ -18,9 +18,13 @@ const (
 	// default of the --backend-ready-url flag; in Config an empty ReadyURL
 	// turns the HTTP probe off.
 	DefaultReadyURL = "http://127.0.0.1:8181/ready"
-	// DefaultProbeName and DefaultProbeType make the DNS probe ask ". NS".
-	DefaultProbeName = "."
-	DefaultProbeType = dns.TypeNS
+	// DefaultProbeName and DefaultProbeType make the DNS probe ask
+	// "in-addr.arpa. SOA", which the backend's kubernetes plugin answers
+	// from memory, as the upstream pool's probes do: a question that went
+	// upstream (". NS") would make a slow upstream resolver look like a
+	// backend that does not answer, and hold up the takeover.
+	DefaultProbeName = "in-addr.arpa."
+	DefaultProbeType = dns.TypeSOA
 	// DefaultInterval is the time between probes: a restarted backend is
 	// noticed within a second, at the cost of two loopback requests.
 	DefaultInterval = time.Second

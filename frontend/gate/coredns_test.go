@@ -35,7 +35,7 @@ func TestCoreDNS(t *testing.T) {
 	dnsAddr, readyAddr := freeAddr(t), freeAddr(t)
 	_, port, _ := net.SplitHostPort(dnsAddr)
 	conf := filepath.Join(t.TempDir(), "Corefile")
-	corefile := fmt.Sprintf(".:%s {\n    bind 127.0.0.1\n    ready %s\n    template IN NS . {\n        rcode NOERROR\n    }\n}\n", port, readyAddr)
+	corefile := fmt.Sprintf(".:%s {\n    bind 127.0.0.1\n    ready %s\n    template IN SOA in-addr.arpa {\n        rcode NOERROR\n    }\n}\n", port, readyAddr)
 	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -133,10 +133,11 @@ func parseStatusLine(line string) (code int, status string, err error) {
 // probeDNS asks the backend the probe question over TCP, the transport the
 // frontend uses. Any well-formed response counts, whatever its rcode,
 // SERVFAIL included: it shows that the listener and the plugin chain work.
-// A SERVFAIL for ". NS" usually means the node's own resolvers failed the
-// backend's forwarder; other nodes' backends share them, so moving to a
-// fallback would not help, and refusing to take over the node's DNS would
-// break cluster names that the backend still answers. Whether the
+// The default question is answered from the backend's memory; with
+// another one that is forwarded, a SERVFAIL usually means the node's own
+// resolvers failed the backend's forwarder; other nodes' backends share
+// them, so moving to a fallback would not help, and refusing to take over
+// the node's DNS would break cluster names that the backend still answers. Whether the
 // backend's plugins are ready is the HTTP probe's question.
 func (g *Gate) probeDNS(ctx context.Context) (rcode int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)

@@ -16,9 +16,11 @@ import (
 	"github.com/nodedns/nodedns/frontend/server"
 )
 
-// prefetchTimeout bounds a background refresh: long enough for the
-// backend's own forwarding timeouts (CoreDNS forward gives up after 5s).
-const prefetchTimeout = 5 * time.Second
+// prefetchTimeout bounds a background refresh: longer than one upstream
+// attempt (7.5s, upstream.DefaultTimeout: the backend's own forward
+// timeouts and a margin), so that a refresh of a name that is slow
+// upstream is not given up before the backend itself gives up on it.
+const prefetchTimeout = 8 * time.Second
 
 // Exchanger sends a query to the backend. The upstream package implements
 // it; it coalesces identical queries, so the returned message may be shared
