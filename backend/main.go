@@ -29,14 +29,17 @@ var defaultCorefile []byte
 // unset variable with the empty string, which would leave directives without
 // arguments.
 var envDefaults = []struct{ name, value string }{
-	{"NODEDNS_BIND", "127.0.0.1"},     // IPv4 address of the listener for this node's frontend
-	{"NODEDNS_PORT", "5300"},          // its port
-	{"NODEDNS_FALLBACK_PORT", "5301"}, // port of the listener for other nodes' frontends (all addresses)
+	{"NODEDNS_BIND", "127.0.0.1"},          // IPv4 address of the listener for this node's frontend
+	{"NODEDNS_PORT", "5300"},               // its port
+	{"NODEDNS_FALLBACK_PORT", "5301"},      // port of the listener for other nodes' frontends
+	{"NODEDNS_FALLBACK_BIND", "127.0.0.1"}, // its address; the chart sets the node IP
 	{"NODEDNS_CLUSTER_DOMAIN", "cluster.local"},
 	{"NODEDNS_UPSTREAM", "/etc/resolv.conf"}, // forward targets: a resolv.conf path or addresses
-	{"NODEDNS_HEALTH", ":9155"},              // /health, with lameduck
-	{"NODEDNS_READY", ":8181"},               // /ready
-	{"NODEDNS_METRICS", ":9153"},             // /metrics
+	// The HTTP listeners default to loopback, the narrowest address that
+	// works for a plain run; the chart sets the probe address and the node IP.
+	{"NODEDNS_HEALTH", "127.0.0.1:9155"},  // /health, with lameduck
+	{"NODEDNS_READY", "127.0.0.1:8181"},   // /ready
+	{"NODEDNS_METRICS", "127.0.0.1:9153"}, // /metrics
 }
 
 func main() {

@@ -3,6 +3,7 @@ package main
 import (
 	// Each blank import registers one plugin with Caddy. The list matches
 	// directives below; `nodedns-backend -plugins` prints exactly these.
+	_ "github.com/coredns/coredns/plugin/acl"
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/bufsize"
 	_ "github.com/coredns/coredns/plugin/cache"
@@ -36,6 +37,7 @@ var directives = []string{
 	"log",         // query log, off in the default Corefile
 	"loadbalance", // shuffles A/AAAA answers on the way out
 	"rewrite",     // rewrites names before cache and kubernetes see them
+	"acl",         // refuses the fallback listener's queries from outside the cluster's networks
 	"cache",       // caches forwarded answers (cluster.local is answered from memory)
 	"template",    // synthesises answers for patterns (e.g. blocking a search-path suffix)
 	"hosts",       // static entries, before kubernetes

@@ -129,7 +129,7 @@ func TestPluginsFlag(t *testing.T) {
 	if !slices.Equal(got, directives) {
 		t.Errorf("-plugins printed %v, want %v", got, directives)
 	}
-	want := []string{"bind", "bufsize", "cache", "errors", "forward", "health", "hosts", "kubernetes",
+	want := []string{"acl", "bind", "bufsize", "cache", "errors", "forward", "health", "hosts", "kubernetes",
 		"loadbalance", "log", "loop", "prometheus", "ready", "reload", "rewrite", "template"}
 	sorted := slices.Sorted(slices.Values(directives))
 	if !slices.Equal(sorted, want) {
@@ -169,7 +169,7 @@ func TestDefaultCorefile(t *testing.T) {
 		dirs []string
 	}{
 		{".:5300", []string{"bind", "errors", "health", "ready", "prometheus", "kubernetes", "forward", "cache", "loop", "reload", "loadbalance"}},
-		{".:5301", []string{"errors", "prometheus", "forward"}},
+		{".:5301", []string{"bind", "acl", "errors", "prometheus", "forward"}},
 	}
 	for i, w := range want {
 		if !slices.Equal(blocks[i].Keys, []string{w.key}) {
@@ -196,15 +196,21 @@ func TestDefaultCorefile(t *testing.T) {
 		want string
 	}{
 		{"bind", "bind 127.0.0.1"},
-		{"health", "health :9155 { lameduck 5s }"},
-		{"ready", "ready :8181"},
-		{"prometheus", "prometheus :9153"},
+		{"health", "health 127.0.0.1:9155 { lameduck 5s }"},
+		{"ready", "ready 127.0.0.1:8181"},
+		{"prometheus", "prometheus 127.0.0.1:9153"},
 		{"kubernetes", "kubernetes cluster.local in-addr.arpa ip6.arpa { pods insecure fallthrough in-addr.arpa ip6.arpa ttl 30 startup_timeout 60s }"},
 		{"forward", "forward . /etc/resolv.conf { max_concurrent 1000 prefer_udp }"},
 	} {
 		if got := text(0, c.dir); got != c.want {
 			t.Errorf("%s: %q, want %q", c.dir, got, c.want)
 		}
+	}
+	if got := text(1, "bind"); got != "bind 127.0.0.1" {
+		t.Errorf("fallback bind: %q, want the loopback default", got)
+	}
+	if got := text(1, "acl"); got != "acl { allow net 127.0.0.0/8 ::1/128 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10 fc00::/7 block }" {
+		t.Errorf("fallback acl: %q", got)
 	}
 	if got := text(1, "forward"); got != "forward . 127.0.0.1:5300" {
 		t.Errorf("fallback forward: %q", got)

@@ -55,6 +55,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	setGCPercent(os.Getenv)
+	// SIGHUP's default action ends the process with no drain and no
+	// teardown; a closed terminal or a process manager may send it. The
+	// frontend has nothing to reload, so it ignores it, as CoreDNS does.
+	signal.Ignore(syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, cfg, nil); err != nil {

@@ -106,12 +106,12 @@ func TestFlagsDocumented(t *testing.T) {
 func TestPortsMatchBinaries(t *testing.T) {
 	frontendDoc := readDoc(t, "../frontend/README.md")
 	backendDoc := readDoc(t, "../backend/README.md")
-	for _, want := range []string{"`--health=ADDR` (default `:9254`)", "`--metrics=ADDR` (default `:9253`)", "`--backend=ADDR` (default `127.0.0.1:5300`)", "`--backend-ready-url=URL` (default `http://127.0.0.1:8181/ready`)"} {
+	for _, want := range []string{"`--health=ADDR` (default `127.0.0.1:9254`)", "`--metrics=ADDR` (default `:9253`)", "`--backend=ADDR` (default `127.0.0.1:5300`)", "`--backend-ready-url=URL` (default `http://127.0.0.1:8181/ready`)"} {
 		if !strings.Contains(frontendDoc, want) {
 			t.Errorf("frontend/README.md no longer says %s", want)
 		}
 	}
-	for _, want := range []string{"`NODEDNS_READY` | `:8181`", "`NODEDNS_HEALTH` | `:9155`", "`NODEDNS_METRICS` | `:9153`", "`NODEDNS_PORT` | `5300`", "`NODEDNS_FALLBACK_PORT` | `5301`"} {
+	for _, want := range []string{"`NODEDNS_READY` | `127.0.0.1:8181`", "`NODEDNS_HEALTH` | `127.0.0.1:9155`", "`NODEDNS_METRICS` | `127.0.0.1:9153`", "`NODEDNS_PORT` | `5300`", "`NODEDNS_FALLBACK_PORT` | `5301`"} {
 		if !strings.Contains(backendDoc, want) {
 			t.Errorf("backend/README.md no longer says %s", want)
 		}

@@ -29,11 +29,12 @@ var backendDefaults = map[string]string{
 	"NODEDNS_BIND":           "127.0.0.1",
 	"NODEDNS_PORT":           "5300",
 	"NODEDNS_FALLBACK_PORT":  "5301",
+	"NODEDNS_FALLBACK_BIND":  "127.0.0.1",
 	"NODEDNS_CLUSTER_DOMAIN": "cluster.local",
 	"NODEDNS_UPSTREAM":       "/etc/resolv.conf",
-	"NODEDNS_HEALTH":         ":9155",
-	"NODEDNS_READY":          ":8181",
-	"NODEDNS_METRICS":        ":9153",
+	"NODEDNS_HEALTH":         "127.0.0.1:9155",
+	"NODEDNS_READY":          "127.0.0.1:8181",
+	"NODEDNS_METRICS":        "127.0.0.1:9153",
 }
 
 var envRef = regexp.MustCompile(`\{\$([A-Za-z0-9_]+)\}`)

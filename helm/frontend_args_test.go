@@ -56,7 +56,7 @@ func TestFrontendAcceptsRenderedArgs(t *testing.T) {
 				t.Fatal(err)
 			}
 			fe := cs[len(cs)-1]
-			args := append([]string{"--net", "--", "sh", "-c", `ip link set lo up && exec "$0" "$@"`, bin}, fe.Command[1:]...)
+			args := append([]string{"--net", "--", "sh", "-c", `ip link set lo up && ip addr add 192.0.2.7/32 dev lo && exec "$0" "$@"`, bin}, fe.Command[1:]...)
 			args = append(args, "--handover-dir="+t.TempDir())
 			cmd := exec.Command(unshare, args...)
 			// The image's PATH, which holds iptables-legacy and iptables-nft.

@@ -417,7 +417,7 @@ func TestFrontendArgs(t *testing.T) {
 	}{
 		{``, []string{"--mode=iptables", "--listen=169.254.20.10:53,10.96.0.10:53", "--local-ip=169.254.20.10",
 			"--service-ip=10.96.0.10", "--fallback=10.96.0.11:5301", "--backend=127.0.0.1:5300",
-			"--metrics=:9253"}, nil}, // --health and --backend-ready-url: TestProbeAddress
+			"--metrics=192.0.2.7:9253"}, nil}, // --health and --backend-ready-url: TestProbeAddress
 		{`mode: link-local`, []string{"--mode=link-local", "--listen=169.254.20.10:53", "--local-ip=169.254.20.10"}, []string{"--service-ip"}},
 		{`mode: node-ip`, []string{"--mode=node-ip", "--listen=192.0.2.7:53", "--local-ip=192.0.2.7"}, []string{"--service-ip", "--interface"}},
 		{"localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}", []string{"--listen=[fd00::10]:53,[fd00:10:96::a]:53", "--service-ip=fd00:10:96::a"}, nil},

@@ -37,29 +37,48 @@ func errorResponse(status int) response {
 	}
 }
 
-// serveConn answers one request on c and closes it.
-func (s *Server) serveConn(c net.Conn) {
-	defer s.release(c)
+// serveConn answers one request on st's connection and closes it.
+func (s *Server) serveConn(st *slot) {
+	c := st.c
+	defer s.release(st)
 	defer c.Close()
 
-	c.SetReadDeadline(time.Now().Add(s.timeout))
+	c.SetReadDeadline(time.Now().Add(s.headTimeout))
 	// The limit applies to what bufio pulls from c: the request line and
 	// headers must complete within maxHeadBytes of input.
 	lr := &io.LimitedReader{R: c, N: maxHeadBytes}
-	resp, ok := s.readAndRoute(textproto.NewReader(bufio.NewReaderSize(lr, 4<<10)), lr)
+	line, resp, ok := readHead(textproto.NewReader(bufio.NewReaderSize(lr, 4<<10)), lr)
 	if !ok {
 		return // nothing worth answering: the client sent nothing, or went away
 	}
-	c.SetWriteDeadline(time.Now().Add(s.timeout))
+	if !s.serving(st) {
+		return // evicted while its head arrived
+	}
+	if resp.status == 0 {
+		resp = s.route(line)
+	}
+	c.SetWriteDeadline(time.Now().Add(s.writeTimeout))
 	if err := writeResponse(c, resp); err != nil {
 		return
 	}
+	s.lingering(st)
 	linger(c)
 }
 
 // readAndRoute reads the request head and decides the answer. ok is false
 // when the connection should be closed without one.
 func (s *Server) readAndRoute(tp *textproto.Reader, lr *io.LimitedReader) (resp response, ok bool) {
+	line, resp, ok := readHead(tp, lr)
+	if !ok || resp.status != 0 {
+		return resp, ok
+	}
+	return s.route(line), true
+}
+
+// readHead reads the request line and the headers. It returns the line, or
+// an error answer (status != 0) when the head is unusable; ok is false when
+// the connection should be closed without an answer.
+func readHead(tp *textproto.Reader, lr *io.LimitedReader) (line string, resp response, ok bool) {
 	line, err := tp.ReadLine()
 	if err == nil {
 		// Headers are read only to reach the end of the head; their
@@ -69,41 +88,45 @@ func (s *Server) readAndRoute(tp *textproto.Reader, lr *io.LimitedReader) (resp 
 	if err != nil {
 		switch {
 		case lr.N == 0:
-			return errorResponse(431), true
+			return "", errorResponse(431), true
 		case lr.N == maxHeadBytes:
-			return response{}, false // not a byte arrived
+			return "", response{}, false // not a byte arrived
 		case isTimeout(err):
-			return errorResponse(408), true
+			return "", errorResponse(408), true
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isNetError(err):
-			return response{}, false // the client closed or reset mid-head
+			return "", response{}, false // the client closed or reset mid-head
 		default:
-			return errorResponse(400), true // malformed header
+			return "", errorResponse(400), true // malformed header
 		}
 	}
+	return line, response{}, true
+}
 
+// route decides the answer to a complete head's request line.
+func (s *Server) route(line string) response {
 	method, target, proto, ok := parseRequestLine(line)
 	if !ok {
-		return errorResponse(400), true
+		return errorResponse(400)
 	}
 	if proto != "HTTP/1.0" && proto != "HTTP/1.1" {
-		return errorResponse(400), true
+		return errorResponse(400)
 	}
 	path, ok := requestPath(target)
 	if !ok {
-		return errorResponse(400), true
+		return errorResponse(400)
 	}
 	head := method == "HEAD"
 	if method != "GET" && !head {
-		return errorResponse(405), true
+		return errorResponse(405)
 	}
-	h, found := s.routes[path]
-	if !found {
-		resp = errorResponse(404)
-	} else {
+	var resp response
+	if h, found := s.routes[path]; found {
 		resp = callHandler(h)
+	} else {
+		resp = errorResponse(404)
 	}
 	resp.head = head
-	return resp, true
+	return resp
 }
 
 // callHandler runs h, turning a panic or an unusable result into a 500.

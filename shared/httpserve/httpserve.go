@@ -10,9 +10,15 @@
 // What it supports: GET and HEAD, origin-form targets ("/path?query", the
 // query is ignored) and absolute-form targets ("http://host/path"), exact
 // path routing, HTTP/1.0 and HTTP/1.1 request lines, a request head of at
-// most 16 KiB, at most 16 connections served at once. Every response
+// most 16 KiB that must arrive within 1 s of the accept, at most 128
+// connections at once and 32 from one peer address. Every response
 // carries Content-Type, Content-Length and "Connection: close", and the
 // connection is closed after one request.
+//
+// A flood of idle or slow connections cannot starve the endpoints: when a
+// limit is reached, the new connection takes the slot of the oldest one
+// that has not sent a complete request head (or has been answered already)
+// instead of being refused. See Server for why.
 //
 // What it does not support: keep-alive, pipelining, TLS, request bodies
 // (a body is never read; chunked or not), chunked or streamed responses,
@@ -21,6 +27,7 @@ package httpserve
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"errors"
 	"maps"
@@ -35,10 +42,17 @@ import (
 type Handler func(body *bytes.Buffer) (status int, contentType string)
 
 const (
-	// maxConns bounds the connections served at once. Scrapes and probes
-	// come a few per minute; more than a handful at once is a misbehaving
-	// client, and each slot costs a goroutine and two buffers.
-	maxConns = 16
+	// maxConns bounds the connections held at once, in every state. Scrapes
+	// and probes come a few per minute; the bound exists for floods, where
+	// each slot costs a goroutine, a 4 KiB read buffer and a descriptor:
+	// about 2 MiB and 128 descriptors at most, whatever the flood.
+	maxConns = 128
+
+	// maxConnsPerPeer bounds the connections from one remote IP address,
+	// so that one peer that floods evicts its own connections first, not
+	// those of the kubelet or of Prometheus (when they come from another
+	// address).
+	maxConnsPerPeer = 32
 
 	// maxHeadBytes bounds the bytes read for a request line and headers.
 	// Prometheus and the kubelet send a few hundred bytes.
@@ -55,38 +69,74 @@ const (
 	lingerTimeout = 500 * time.Millisecond
 )
 
-// headTimeout is the per-connection deadline for reading the request head,
-// and again for writing the answer once the handler has returned: 5 s, far
-// above what a scraper or a probe on the node needs, short enough that idle
-// connections cannot hold the 16 slots for long. A variable so that tests
+// headTimeout is the deadline for the whole request head, counted from the
+// accept and not renewed by each byte (so a head sent one byte at a time
+// gains nothing): 1 s. The kubelet and Prometheus write their request as
+// soon as the connection is up, a few hundred bytes in one segment, so on
+// a node or across a cluster network the head arrives within milliseconds;
+// kubelet's own probe timeout is 1 s by default. A variable so that tests
 // can shorten it; Serve reads it once.
-var headTimeout = 5 * time.Second
+var headTimeout = 1 * time.Second
+
+// writeTimeout is the deadline for writing the answer once the handler has
+// returned. Only a peer that sent a complete head gets this far, within
+// its share of the slots. A variable for tests; Serve reads it once.
+var writeTimeout = 5 * time.Second
 
 // Server serves the handlers by exact path on one listener.
+//
+// Connection slots (the choice of a victim is in makeRoom). A connection is pending from the accept until its
+// request head is complete, serving while the handler runs and the answer
+// is written, and lingering while the close drains. Pending and lingering
+// connections are evictable: an accepted connection that finds its peer at
+// maxConnsPerPeer, or the server at maxConns, closes the first evictable
+// connection (of that peer, or of anyone) and takes its slot; only when no
+// connection is evictable is the new one closed instead. The first
+// evictable connection is a lingering one (it has its answer) if any, else
+// the oldest pending one without unread bytes in the kernel. Refusing new connections at a limit, as an
+// ordinary server does, lets whoever holds the slots keep them for as long
+// as the head timeout, and renew them at will: 16 idle connections made
+// every probe fail. With eviction, a probe, which sends its head at once,
+// completes unless more than a limit's worth of connections arrive in the
+// moment between its connect and its head; idle and slow connections only
+// evict one another. The head timeout bounds what any connection may hold
+// without a flood behind it.
 type Server struct {
-	l       net.Listener
-	routes  map[string]Handler // copied at Serve, read-only afterwards
-	timeout time.Duration      // headTimeout as Serve found it
+	l            net.Listener
+	routes       map[string]Handler // copied at Serve, read-only afterwards
+	headTimeout  time.Duration      // headTimeout as Serve found it
+	writeTimeout time.Duration      // writeTimeout as Serve found it
 
-	sem  chan struct{}  // one token per connection being served; capacity maxConns
-	wg   sync.WaitGroup // the accept loop and every connection being served
+	wg   sync.WaitGroup // the accept loop and every connection goroutine
 	done chan struct{}  // closed when wg reaches zero after the accept loop ended
 
-	mu     sync.Mutex
-	closed bool                  // guarded by mu; set by Shutdown, then no connection is added
-	conns  map[net.Conn]struct{} // guarded by mu; the connections being served
+	mu        sync.Mutex
+	closed    bool               // guarded by mu; set by Shutdown, then no connection is added
+	conns     map[net.Conn]*slot // guarded by mu; the connections holding a slot
+	perPeer   map[string]int     // guarded by mu; len(conns) by peer address, no zero entries
+	evictable list.List          // guarded by mu; of *slot: lingering ones, then pending ones oldest first
+}
+
+// slot is one connection's place in the server's accounting.
+type slot struct {
+	c        net.Conn
+	peer     string        // remote IP address, the per-peer key
+	elem     *list.Element // guarded by Server.mu; in evictable while pending or lingering, else nil
+	gone     bool          // guarded by Server.mu; the slot was freed (evicted or released)
+	answered bool          // guarded by Server.mu; lingering after its answer
 }
 
 // Serve starts serving routes (path → handler; the query string is ignored)
 // on l in a goroutine and returns at once. The map is copied.
 func Serve(l net.Listener, routes map[string]Handler) *Server {
 	s := &Server{
-		l:       l,
-		routes:  maps.Clone(routes),
-		timeout: headTimeout,
-		sem:     make(chan struct{}, maxConns),
-		done:    make(chan struct{}),
-		conns:   make(map[net.Conn]struct{}),
+		l:            l,
+		routes:       maps.Clone(routes),
+		headTimeout:  headTimeout,
+		writeTimeout: writeTimeout,
+		done:         make(chan struct{}),
+		conns:        make(map[net.Conn]*slot),
+		perPeer:      make(map[string]int),
 	}
 	// The accept loop holds one count of wg until it ends, so the counts
 	// added for connections never start from zero while Wait runs.
@@ -145,23 +195,28 @@ func (s *Server) acceptLoop() {
 			time.Sleep(acceptRetryDelay)
 			continue
 		}
-		select {
-		case s.sem <- struct{}{}:
-		default:
-			c.Close() // all slots busy
-			continue
-		}
+		st := &slot{c: c, peer: peerOf(c)}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
-			<-s.sem
 			return
 		}
-		s.conns[c] = struct{}{}
+		victim, ok := s.makeRoom(st.peer)
+		if !ok {
+			s.mu.Unlock()
+			c.Close() // every slot it may take is serving a request
+			continue
+		}
+		st.elem = s.evictable.PushBack(st)
+		s.conns[c] = st
+		s.perPeer[st.peer]++
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(c)
+		if victim != nil {
+			victim.Close() // its goroutine sees the error and ends
+		}
+		go s.serveConn(st)
 	}
 }
 
@@ -171,11 +226,11 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
-// release forgets c and frees its slot; c is closed by then.
-func (s *Server) release(c net.Conn) {
+// release frees st's slot unless it was evicted, and ends its goroutine's
+// count; st's connection is closed by then.
+func (s *Server) release(st *slot) {
 	s.mu.Lock()
-	delete(s.conns, c)
+	s.forget(st)
 	s.mu.Unlock()
-	<-s.sem
 	s.wg.Done()
 }

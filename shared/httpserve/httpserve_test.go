@@ -212,44 +212,28 @@ func TestSilentClientClosedAfterTimeout(t *testing.T) {
 	}
 }
 
-func TestConnectionLimit(t *testing.T) {
-	s := start(t, map[string]Handler{"/health": okHandler("OK\n")})
-	var idle []net.Conn
-	for range maxConns {
-		c, err := net.Dial("tcp", s.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		idle = append(idle, c)
+// TestAllSlotsServing: when every slot a peer may hold is serving a
+// request, nothing is evictable and its next connection is closed at once.
+func TestAllSlotsServing(t *testing.T) {
+	release := make(chan struct{})
+	s := start(t, map[string]Handler{"/slow": func(body *bytes.Buffer) (int, string) {
+		<-release
+		return 200, "text/plain"
+	}})
+	t.Cleanup(func() { close(release) })
+	for range maxConnsPerPeer {
+		c := dialFrom(t, s, "127.0.0.2")
+		io.WriteString(c, "GET /slow HTTP/1.1\r\n\r\n")
 	}
-
-	// Every slot is held by an idle connection: one more is closed at once.
-	c, err := net.Dial("tcp", s.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	time.Sleep(200 * time.Millisecond) // every handler is running by now
+	c := dialFrom(t, s, "127.0.0.2")
+	if !closedSoon(c, 2*time.Second) {
+		t.Fatalf("a connection over the limit with every slot serving stayed open")
 	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || isTimeout(err) {
-		t.Fatalf("connection over the limit: read %d, %v; want it closed at once", n, err)
-	}
-
-	for _, c := range idle {
-		c.Close()
-	}
-	// The slots come free as the server notices the closes; until then a
-	// new connection is closed at once, possibly with a reset.
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		got, err := tryRaw(s, "GET /health HTTP/1.1\r\n\r\n")
-		if err == nil && strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no 200 after the idle connections went; last %q, %v", got, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Another peer still gets in.
+	d := dialFrom(t, s, "127.0.0.3")
+	if closedSoon(d, 200*time.Millisecond) {
+		t.Errorf("another peer's connection was closed")
 	}
 }
 

@@ -23,12 +23,20 @@ env:
   # The Corefile's {$NAME} variables (upstreams are written into the
   # Corefile itself). Set explicitly, so nothing else in the environment
   # can change them.
+  - name: NODEDNS_NODE_IP
+    valueFrom:
+      fieldRef:
+        fieldPath: status.hostIP
   - name: NODEDNS_BIND
     value: "127.0.0.1"
   - name: NODEDNS_PORT
     value: {{ .Values.backend.port | quote }}
   - name: NODEDNS_FALLBACK_PORT
     value: {{ .Values.backend.fallbackPort | quote }}
+  # The fallback listener on the node IP only: the fallback and kube-dns
+  # Services' endpoints are the pods' IPs, which are node IPs (hostNetwork).
+  - name: NODEDNS_FALLBACK_BIND
+    value: "$(NODEDNS_NODE_IP)"
   - name: NODEDNS_CLUSTER_DOMAIN
     value: {{ .Values.clusterDomain | quote }}
   # /health and /ready on this pod template's probe address: during a
@@ -38,7 +46,7 @@ env:
   - name: NODEDNS_READY
     value: {{ printf "%s:%v" $probe .Values.backend.readyPort | quote }}
   - name: NODEDNS_METRICS
-    value: {{ printf ":%v" .Values.backend.metricsPort | quote }}
+    value: {{ printf "$(NODEDNS_NODE_IP):%v" .Values.backend.metricsPort | quote }}
   # Go accepts a plain byte count: the GC works to stay under the limit.
   - name: GOMEMLIMIT
     valueFrom:

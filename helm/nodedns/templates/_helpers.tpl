@@ -129,7 +129,6 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- $fip := required "fallback.clusterIP is required with fallback.enabled: the frontend takes an address" .Values.fallback.clusterIP -}}
 {{- $f = append $f (list "fallback" (printf "%s:%v" (include "nodedns.hostPort" $fip) .Values.backend.fallbackPort)) -}}
 {{- end -}}
-{{- $f = append $f (list "metrics" (printf ":%v" .Values.frontend.metricsPort)) -}}
 {{- $f = append $f (list "handover-dir" .Values.frontend.handoverDir) -}}
 {{- $f = append $f (list "shutdown-timeout" (toString .Values.frontend.shutdownTimeout)) -}}
 {{- $f = append $f (list "sync-interval" (toString .Values.syncInterval)) -}}
