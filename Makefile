@@ -21,10 +21,28 @@ build: ## Build bin/nodedns-frontend, bin/nodedns-backend and bin/nodedns-loadte
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/nodedns-backend ./backend
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/nodedns-loadtest ./loadtest
 
-test: build ## Run the whole test suite (kernel and testbed tiers need root; they skip and say why without it).
+# `make test` records each tier's `go test -json` events under TEST_OUT and
+# ends with one summary of both (tools/testsummary): tests run, passed,
+# failed, skipped, and each skip reason with its count. With
+# NODEDNS_STRICT_SKIPS=1 (.ci/run) a skip is an error unless
+# tools/testsummary/allow.go names its reason. Both tiers run even when the
+# first fails; the status is non-zero when anything failed.
+TEST_OUT    := $(BIN)/test
+TESTSUMMARY := $(BIN)/testsummary
+
+test: build ## Run the whole test suite; as root, first install what it needs (tools/deps.sh, make tools); end with a summary of what ran and skipped.
+	@tools/deps.sh test
+	@if [ "$$(id -u)" -eq 0 ]; then $(MAKE) --no-print-directory tools; fi
 	$(GO) vet ./...
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
-	$(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v -E '/nodedns/(frontend|shared)(/|$$)')
+	$(GO) build -o $(TESTSUMMARY) ./tools/testsummary
+	@rm -f $(TEST_OUT)/race.json $(TEST_OUT)/rest.json
+	@status=0; \
+	CGO_ENABLED=1 $(TESTSUMMARY) run $(TEST_OUT)/race.json -- \
+		$(GO) test -json -race -count=1 -timeout 20m $(RACE_PKGS) || status=1; \
+	$(TESTSUMMARY) run $(TEST_OUT)/rest.json -- \
+		$(GO) test -json -count=1 -timeout 60m $$($(GO) list ./... | grep -v -E '/nodedns/(frontend|shared)(/|$$)') || status=1; \
+	$(TESTSUMMARY) report $(TEST_OUT)/race.json $(TEST_OUT)/rest.json || status=1; \
+	exit $$status
 
 # Flags of `make bench`; the defaults shield the measurement from other work
 # on the machine (they need root). `make bench BENCH_FLAGS=` runs without.
@@ -37,7 +55,7 @@ bench: build ## Print the side-by-side performance table (frontend, unbound, dns
 DEMO_FLAGS ?=
 
 demo: ## Show nodedns on a testbed node (answers, cache hits, no conntrack entry), then compare the designs (root; installs what is missing).
-	loadtest/demo-deps.sh
+	tools/deps.sh demo
 	$(MAKE) build
 	$(MAKE) tools
 	$(BIN)/nodedns-loadtest demo -out out/demo $(DEMO_FLAGS)

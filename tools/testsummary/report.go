@@ -1,0 +1,82 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// examplesPerReason bounds the tests named under each skip reason.
+const examplesPerReason = 3
+
+// Report writes the summary of r for a person: packages, tests run,
+// passed, failed and skipped, the failures, and each distinct skip reason
+// with its count. With strict, a skip whose reason is not in allowedSkips
+// is marked as an error. It returns whether the run is a success: nothing
+// failed and, with strict, every skip is allowed.
+func Report(w io.Writer, r *Results, strict bool) bool {
+	pass, fail, noTests := r.Packages()
+	run := r.Passed + r.Failed + r.Skipped
+	fmt.Fprintf(w, "\n==== test summary ====\n")
+	fmt.Fprintf(w, "packages: %d ok, %d failed, %d without tests\n", pass, fail, noTests)
+	fmt.Fprintf(w, "tests:    %d run (subtests included): %d passed, %d failed, %d skipped\n", run, r.Passed, r.Failed, r.Skipped)
+	if r.Unparsed > 0 {
+		fmt.Fprintf(w, "note:     %d output lines were not go test -json events (printed as they came)\n", r.Unparsed)
+	}
+	if len(r.FailedPackages) > 0 {
+		fmt.Fprintf(w, "\nFAILED packages:\n")
+		for _, f := range r.FailedPackages {
+			fmt.Fprintf(w, "  %s: %s\n", f.Package, f.Why)
+		}
+	}
+	if len(r.Failures) > 0 {
+		fmt.Fprintf(w, "\nFAILED tests (their output is printed above, where they failed):\n")
+		for _, f := range r.Failures {
+			fmt.Fprintf(w, "  %s %s", f.Package, f.Test)
+			if f.Why != "" {
+				fmt.Fprintf(w, ": %s", f.Why)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	groups := r.SkipGroups()
+	disallowed := 0
+	if len(groups) > 0 {
+		fmt.Fprintf(w, "\nskipped, by reason (%d distinct):\n", len(groups))
+	}
+	for _, g := range groups {
+		mark := ""
+		if why := skipAllowed(g.Reason); why != "" {
+			mark = "   [allowed: " + why + "]"
+		} else if strict {
+			mark = "   [ERROR: this machine should run it]"
+			disallowed += len(g.Skips)
+		}
+		fmt.Fprintf(w, "  %4d  %s%s\n", len(g.Skips), g.Reason, mark)
+		for i, s := range g.Skips {
+			if i == examplesPerReason {
+				fmt.Fprintf(w, "        ... and %d more\n", len(g.Skips)-i)
+				break
+			}
+			loc := ""
+			if s.Loc != "" {
+				loc = " (" + s.Loc + ")"
+			}
+			fmt.Fprintf(w, "        %s %s%s\n", s.Package, s.Test, loc)
+		}
+	}
+	ok := r.OK() && disallowed == 0
+	var verdict []string
+	if !r.OK() {
+		verdict = append(verdict, fmt.Sprintf("failed: %d tests, %d packages", r.Failed, len(r.FailedPackages)))
+	}
+	if disallowed > 0 {
+		verdict = append(verdict, fmt.Sprintf("%d tests skipped for reasons this machine should meet (NODEDNS_STRICT_SKIPS=1; allowed reasons: tools/testsummary/allow.go)", disallowed))
+	}
+	if ok {
+		fmt.Fprintf(w, "\nPASS (%d passed, %d skipped)\n", r.Passed, r.Skipped)
+	} else {
+		fmt.Fprintf(w, "\nFAIL: %s\n", strings.Join(verdict, "; "))
+	}
+	return ok
+}

@@ -1,0 +1,3 @@
+module example.com/tsample
+
+go 1.26.0
