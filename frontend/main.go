@@ -255,26 +255,39 @@ func handOver(ctx context.Context, cfg config, log *zap.Logger, srv *server.Serv
 
 // serveHTTP starts the metrics and health servers (each skipped when its
 // address is empty) on SO_REUSEPORT listeners, so that a second instance
-// during a surge upgrade can bind the same ports. It returns the servers and
-// their bound addresses (metrics, health).
+// during a surge upgrade can bind the same ports, counting in reg the
+// connections each evicts and refuses at its limits. It returns the servers
+// and their bound addresses (metrics, health).
 func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checker) ([]*httpserve.Server, [2]string, error) {
+	const (
+		evictedFamily = metrics.Namespace + "_http_connections_evicted_total"
+		refusedFamily = metrics.Namespace + "_http_connections_refused_total"
+	)
+	metrics.Help(evictedFamily, "HTTP connections closed to make room for a new one, by listener and by the limit reached (peer or listener).")
+	metrics.Help(refusedFamily, "New HTTP connections closed at once because every slot they could take was serving, by listener and limit.")
 	var srvs []*httpserve.Server
 	var addrs [2]string
 	for i, h := range []struct {
+		name   string // the listener label
 		addr   string
 		routes map[string]httpserve.Handler
 	}{
-		{cfg.metricsAddr, map[string]httpserve.Handler{"/metrics": metrics.Handler(reg)}},
-		{cfg.healthAddr, health.Routes(ready)},
+		{"metrics", cfg.metricsAddr, map[string]httpserve.Handler{"/metrics": metrics.Handler(reg)}},
+		{"health", cfg.healthAddr, health.Routes(ready)},
 	} {
 		if h.addr == "" {
 			continue
+		}
+		var m httpserve.Metrics
+		for lim := range httpserve.NumLimits {
+			m.Evicted[lim] = reg.NewCounter(metrics.Name(evictedFamily, "listener", h.name, "limit", lim.String()))
+			m.Refused[lim] = reg.NewCounter(metrics.Name(refusedFamily, "listener", h.name, "limit", lim.String()))
 		}
 		l, err := server.ListenReusePort(ctx, h.addr)
 		if err != nil {
 			return nil, addrs, errors.Join(err, closeHTTP(srvs))
 		}
-		srvs = append(srvs, httpserve.Serve(l, h.routes))
+		srvs = append(srvs, httpserve.ServeCounted(l, h.routes, m))
 		addrs[i] = l.Addr().String()
 	}
 	return srvs, addrs, nil

@@ -18,7 +18,9 @@
 // A flood of idle or slow connections cannot starve the endpoints: when a
 // limit is reached, the new connection takes the slot of the oldest one
 // that has not sent a complete request head (or has been answered already)
-// instead of being refused. See Server for why.
+// instead of being refused, and the kernel hands a TCP connection over only
+// once its first bytes have arrived, or after a second (TCP_DEFER_ACCEPT).
+// See Server for why. ServeCounted counts the evictions and refusals.
 //
 // What it does not support: keep-alive, pipelining, TLS, request bodies
 // (a body is never read; chunked or not), chunked or streamed responses,
@@ -99,13 +101,19 @@ var writeTimeout = 5 * time.Second
 // every probe fail. With eviction, a probe, which sends its head at once,
 // completes unless more than a limit's worth of connections arrive in the
 // moment between its connect and its head; idle and slow connections only
-// evict one another. The head timeout bounds what any connection may hold
-// without a flood behind it.
+// evict one another. That moment is closed by deferring accepts
+// (deferAccept): a probe reaches Accept with its head already waiting, and
+// an idle flood is handed over about once a second per connection instead
+// of as fast as it re-dials, so even a flood from the probes' own address
+// cannot evict a probe. The head timeout bounds what any connection may
+// hold without a flood behind it.
 type Server struct {
 	l            net.Listener
 	routes       map[string]Handler // copied at Serve, read-only afterwards
 	headTimeout  time.Duration      // headTimeout as Serve found it
 	writeTimeout time.Duration      // writeTimeout as Serve found it
+	metrics      Metrics            // read-only after Serve
+	deferErr     error              // why accepts are not deferred (deferAccept), nil when they are
 
 	wg   sync.WaitGroup // the accept loop and every connection goroutine
 	done chan struct{}  // closed when wg reaches zero after the accept loop ended
@@ -127,17 +135,26 @@ type slot struct {
 }
 
 // Serve starts serving routes (path → handler; the query string is ignored)
-// on l in a goroutine and returns at once. The map is copied.
+// on l in a goroutine and returns at once. The map is copied. It counts
+// nothing; ServeCounted does.
 func Serve(l net.Listener, routes map[string]Handler) *Server {
+	return ServeCounted(l, routes, Metrics{})
+}
+
+// ServeCounted is Serve, counting the connections evicted and refused at
+// the limits in m.
+func ServeCounted(l net.Listener, routes map[string]Handler, m Metrics) *Server {
 	s := &Server{
 		l:            l,
 		routes:       maps.Clone(routes),
 		headTimeout:  headTimeout,
 		writeTimeout: writeTimeout,
+		metrics:      m,
 		done:         make(chan struct{}),
 		conns:        make(map[net.Conn]*slot),
 		perPeer:      make(map[string]int),
 	}
+	s.deferErr = deferAccept(l, s.headTimeout)
 	// The accept loop holds one count of wg until it ends, so the counts
 	// added for connections never start from zero while Wait runs.
 	s.wg.Add(1)
@@ -202,10 +219,11 @@ func (s *Server) acceptLoop() {
 			c.Close()
 			return
 		}
-		victim, ok := s.makeRoom(st.peer)
+		victim, limit, ok := s.makeRoom(st.peer)
 		if !ok {
 			s.mu.Unlock()
 			c.Close() // every slot it may take is serving a request
+			s.metrics.refused(limit)
 			continue
 		}
 		st.elem = s.evictable.PushBack(st)
@@ -215,6 +233,7 @@ func (s *Server) acceptLoop() {
 		s.mu.Unlock()
 		if victim != nil {
 			victim.Close() // its goroutine sees the error and ends
+			s.metrics.evicted(limit)
 		}
 		go s.serveConn(st)
 	}

@@ -226,12 +226,12 @@ func TestAllSlotsServing(t *testing.T) {
 		io.WriteString(c, "GET /slow HTTP/1.1\r\n\r\n")
 	}
 	time.Sleep(200 * time.Millisecond) // every handler is running by now
-	c := dialFrom(t, s, "127.0.0.2")
+	c := dialPending(t, s, "127.0.0.2")
 	if !closedSoon(c, 2*time.Second) {
 		t.Fatalf("a connection over the limit with every slot serving stayed open")
 	}
 	// Another peer still gets in.
-	d := dialFrom(t, s, "127.0.0.3")
+	d := dialPending(t, s, "127.0.0.3")
 	if closedSoon(d, 200*time.Millisecond) {
 		t.Errorf("another peer's connection was closed")
 	}

@@ -9,8 +9,10 @@ import (
 
 // makeRoom frees a slot for a new connection from peer if a limit is
 // reached, by evicting a connection of that peer (at its limit) or of the
-// peer that holds the most (at the server's limit). It returns the evicted connection, for the
-// caller to close outside the lock, and false when no room can be made.
+// peer that holds the most (at the server's limit). It returns the evicted
+// connection, for the caller to close outside the lock (nil when no limit
+// was reached), the limit that was reached, and false when no room can be
+// made.
 // s.mu is held.
 //
 // The victim is the first evictable connection, in list order (lingering,
@@ -21,10 +23,12 @@ import (
 // re-dials as fast as the server closes its connections from evicting the
 // probe in that moment. Only when every candidate has bytes waiting is the
 // first of them evicted.
-func (s *Server) makeRoom(peer string) (victim net.Conn, ok bool) {
+func (s *Server) makeRoom(peer string) (victim net.Conn, limit Limit, ok bool) {
 	switch {
 	case s.perPeer[peer] >= maxConnsPerPeer:
+		limit = PeerLimit
 	case len(s.conns) >= maxConns:
+		limit = ListenerLimit
 		// The peer holding the most slots pays: a flood from many
 		// addresses evicts its own before a probe's single connection.
 		for p, n := range s.perPeer {
@@ -33,7 +37,7 @@ func (s *Server) makeRoom(peer string) (victim net.Conn, ok bool) {
 			}
 		}
 	default:
-		return nil, true
+		return nil, limit, true
 	}
 	pick := func(st *slot) bool { return st.peer == peer }
 	var first *slot
@@ -44,17 +48,17 @@ func (s *Server) makeRoom(peer string) (victim net.Conn, ok bool) {
 		}
 		if st.answered || !hasUnread(st.c) {
 			s.forget(st)
-			return st.c, true
+			return st.c, limit, true
 		}
 		if first == nil {
 			first = st
 		}
 	}
 	if first == nil {
-		return nil, false
+		return nil, limit, false
 	}
 	s.forget(first)
-	return first.c, true
+	return first.c, limit, true
 }
 
 // hasUnread reports whether the kernel holds received bytes of c that
