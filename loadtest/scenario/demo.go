@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -54,7 +55,7 @@ func Demo(ctx context.Context, e *Env, cfg Config, w io.Writer) (*Report, error)
 	}
 
 	section("2. lookups from the pod to " + r.Nameserver + " (the pods' unchanged resolv.conf nameserver)")
-	before, err := frontendCounters(ctx, n.Netns)
+	before, err := frontendCounters(ctx, n)
 	if err != nil {
 		return nil, err
 	}
@@ -87,11 +88,11 @@ func Demo(ctx context.Context, e *Env, cfg Config, w io.Writer) (*Report, error)
 	_ = res.WriteText(indent{w})
 
 	section("3. answered on the node, from the frontend's cache")
-	after, err := frontendCounters(ctx, n.Netns)
+	after, err := frontendCounters(ctx, n)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(w, "frontend metrics (node netns :9253): requests +%.0f, cache hits +%.0f, cache misses +%.0f (misses went to the backend on 127.0.0.1:5300)\n",
+	fmt.Fprintf(w, "frontend metrics (node IP :9253): requests +%.0f, cache hits +%.0f, cache misses +%.0f (misses went to the backend on 127.0.0.1:5300)\n",
 		after.requests-before.requests, after.hits-before.hits, after.misses-before.misses)
 	tx, _ := txPackets(ctx, n.Netns, NodeUplink)
 	fmt.Fprintf(w, "packets sent toward other nodes (%s) since the node started: %d\n", NodeUplink, tx)
@@ -146,8 +147,10 @@ func Demo(ctx context.Context, e *Env, cfg Config, w io.Writer) (*Report, error)
 
 type counters struct{ requests, hits, misses float64 }
 
-func frontendCounters(ctx context.Context, netns string) (counters, error) {
-	code, body, err := httpGet(ctx, netns, "http://127.0.0.1:9253/metrics")
+// frontendCounters reads the frontend's series on n, at the node's IP,
+// where the chart binds its metrics.
+func frontendCounters(ctx context.Context, n *simNode) (counters, error) {
+	code, body, err := httpGet(ctx, n.Netns, "http://"+net.JoinHostPort(n.IP.String(), "9253")+"/metrics")
 	if err != nil || code != 200 {
 		return counters{}, fmt.Errorf("frontend metrics: status %d: %v", code, err)
 	}

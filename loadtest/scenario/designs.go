@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -292,7 +293,8 @@ func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 		case "backend":
 			r.Backend = p
 			r.backendReady = probeURL(c.Spec.ReadinessProbe, "127.0.0.1")
-			r.APITier = metricsTarget{n.Netns, "http://127.0.0.1:9153/metrics"}
+			// The chart binds the backend's metrics to the node's IP.
+			r.APITier = metricsTarget{n.Netns, "http://" + net.JoinHostPort(n.IP.String(), "9153") + "/metrics"}
 			// kubelet starts the frontend once the sidecar's startup probe passes.
 			if err := waitHTTP(ctx, p, n.Netns, probeURL(c.Spec.StartupProbe, "127.0.0.1"), 2*time.Minute); err != nil {
 				return nil, err
