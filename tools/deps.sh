@@ -31,6 +31,7 @@ pkgs=(
 	dnsperf:dnsperf       # load for the benchmark and the comparison
 	unbound:unbound       # a peer in the benchmark
 	dnsmasq-base:dnsmasq  # a peer in the benchmark and the comparison
+	prometheus:promtool   # promtool and the server: metrics, alert rules, dashboard queries (monitoring)
 )
 
 missing=()
