@@ -13,7 +13,7 @@ RACE_PKGS := ./frontend/... ./shared/...
 .PHONY: help build test bench demo testbed tools images fuzz clean
 
 help: ## List the targets.
-	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_.-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_.-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/nodedns-frontend, bin/nodedns-backend and bin/nodedns-loadtest.
 	@mkdir -p $(BIN)
@@ -68,8 +68,8 @@ APICOST_FLAGS ?=
 apicost: build ## Measure what nodedns backends cost kube-apiserver next to kube-proxy's watches (root; ~25 min; tables in bin/apicost.md).
 	NODEDNS_ETCD=$${NODEDNS_ETCD:-$$(apicost/build-etcd.sh)} $(GO) run ./apicost/cmd/nodedns-apicost -out $(BIN)/apicost.md $(APICOST_FLAGS)
 
-tools: ## Build kube-apiserver and kube-proxy for the testbed (first time ~15 min; cached in ~/.cache/nodedns).
-	tools/k8s/build.sh
+tools: ## Build the testbed's Kubernetes binaries: kube-apiserver, kube-proxy, and kubelet, controller-manager, scheduler, kubectl for real nodes (first time ~20 min; cached in ~/.cache/nodedns).
+	tools/k8s/build.sh realnode
 
 testbed: tools ## Run etcd + kube-apiserver in the foreground; prints a kubeconfig; Ctrl-C stops.
 	$(GO) run ./testbed/cmd/nodedns-testbed
@@ -86,9 +86,8 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each.
 
 REGISTRY  ?= ghcr.io/nodedns
 
-images: ## Build the nodedns-frontend and nodedns-backend images (docker build; needs a Docker engine).
-	docker build -f images/frontend.Dockerfile --build-arg VERSION=$(VERSION) -t $(REGISTRY)/nodedns-frontend:$(VERSION) .
-	docker build -f images/backend.Dockerfile --build-arg VERSION=$(VERSION) -t $(REGISTRY)/nodedns-backend:$(VERSION) .
+images: ## Write OCI archives of the nodedns-frontend and nodedns-backend images to bin/images, without a Docker engine (images/README.md).
+	$(GO) run ./images/cmd/nodedns-images -out $(BIN)/images -registry $(REGISTRY) -version $(VERSION)
 
 .PHONY: pod.yaml
 pod.yaml: ## Regenerate pod.yaml and the values table of helm/nodedns/README.md from the chart.
@@ -97,3 +96,8 @@ pod.yaml: ## Regenerate pod.yaml and the values table of helm/nodedns/README.md 
 
 clean: ## Remove build output.
 	rm -rf $(BIN)
+
+.PHONY: e2e
+e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node namespaces, images built here (root; testbed/README.md).
+	tools/k8s/build.sh realnode
+	$(GO) test -tags e2e -count=1 -timeout 30m -v -run '^(TestRealNode|TestImages|TestMigration)' ./images/ ./testbed/ ./testbed/e2e/

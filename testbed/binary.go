@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -18,6 +19,10 @@ import (
 // tools/k8s module builds. It names the cache directory, so a version bump
 // rebuilds instead of running stale binaries.
 const KubernetesVersion = "v1.36.3"
+
+// KubernetesBinaries are the commands tools/k8s builds: the control plane
+// and kube-proxy for every testbed, the rest for real nodes (realnode.go).
+var KubernetesBinaries = []string{"kube-apiserver", "kube-proxy", "kubelet", "kube-controller-manager", "kube-scheduler", "kubectl"}
 
 // toolsModule is the module path of tools/k8s, used to recognise its go.mod.
 const toolsModule = "github.com/nodedns/nodedns/tools/k8s"
@@ -39,13 +44,13 @@ func BinDir() (string, error) {
 	return filepath.Join(c, "nodedns", "k8s-"+KubernetesVersion), nil
 }
 
-// Binary returns the path of a cached Kubernetes binary ("kube-apiserver" or
-// "kube-proxy"), building it from the tools/k8s module first when it is
-// missing. The first build takes 10-20 minutes on two cores; `make tools`
-// does it ahead of the tests.
+// Binary returns the path of a cached Kubernetes binary (one of
+// KubernetesBinaries), building it from the tools/k8s module first when it
+// is missing. The first build of kube-apiserver takes 10-20 minutes on two
+// cores; `make tools` does it ahead of the tests.
 func Binary(name string) (string, error) {
-	if name != "kube-apiserver" && name != "kube-proxy" {
-		return "", fmt.Errorf("binary %q: the testbed builds only kube-apiserver and kube-proxy", name)
+	if !slices.Contains(KubernetesBinaries, name) {
+		return "", fmt.Errorf("binary %q: the testbed builds only %s", name, strings.Join(KubernetesBinaries, ", "))
 	}
 	dir, err := BinDir()
 	if err != nil {

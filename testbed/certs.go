@@ -130,3 +130,11 @@ func writeFile(path string, data []byte) error {
 	}
 	return nil
 }
+
+func x509MarshalKey(key crypto.Signer) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("marshal CA key: %w", err)
+	}
+	return der, nil
+}

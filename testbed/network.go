@@ -84,47 +84,10 @@ func (tb *Testbed) NodeURL() string {
 // existing `ip netns` name, which keeps existing after Stop, minus the veth),
 // else a new one that Stop deletes. Requires root.
 func (tb *Testbed) AddNode(ctx context.Context, name, netns string) (*Node, error) {
-	nw, err := tb.ensureNetwork(ctx)
+	ip, netns, err := tb.addNodeLink(ctx, name, netns)
 	if err != nil {
 		return nil, err
 	}
-	nw.mu.Lock()
-	if nw.next > 254 {
-		nw.mu.Unlock()
-		return nil, fmt.Errorf("add node %s: %s is full", name, NodeSubnet)
-	}
-	host := nw.next
-	nw.next++
-	if netns == "" {
-		netns = "nodedns-node-" + randomToken()[:8]
-		if err := ipCmd(ctx, "netns", "add", netns); err != nil {
-			nw.mu.Unlock()
-			return nil, fmt.Errorf("add node %s: %w", name, err)
-		}
-		nw.owned = append(nw.owned, netns)
-	}
-	nw.mu.Unlock()
-
-	ip := net.IPv4(nodeGateway[0], nodeGateway[1], nodeGateway[2], byte(host)).To4()
-	veth := "tb" + strconv.Itoa(host) // the bridge side, in the control-plane namespace
-	steps := [][]string{
-		{"-n", nw.netns, "link", "add", veth, "type", "veth", "peer", "name", NodeInterface, "netns", netns},
-		{"-n", nw.netns, "link", "set", veth, "master", "br0", "up"},
-		{"-n", netns, "addr", "add", ip.String() + "/24", "dev", NodeInterface},
-		{"-n", netns, "link", "set", NodeInterface, "up"},
-		{"-n", netns, "link", "set", "lo", "up"},
-	}
-	for i, s := range steps {
-		if err := ipCmd(ctx, s...); err != nil {
-			return nil, fmt.Errorf("add node %s: %w", name, err)
-		}
-		if i == 0 {
-			nw.mu.Lock()
-			nw.veths = append(nw.veths, veth)
-			nw.mu.Unlock()
-		}
-	}
-
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
 		Status: corev1.NodeStatus{
@@ -148,6 +111,53 @@ func (tb *Testbed) AddNode(ctx context.Context, name, netns string) (*Node, erro
 		return nil, err
 	}
 	return &Node{Name: name, Netns: netns, IP: ip, Kubeconfig: kc}, nil
+}
+
+// addNodeLink joins a network namespace (netns, or a new one that Stop
+// deletes) to the control-plane bridge with the next address of NodeSubnet,
+// and returns that address and the namespace.
+func (tb *Testbed) addNodeLink(ctx context.Context, name, netns string) (net.IP, string, error) {
+	nw, err := tb.ensureNetwork(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	nw.mu.Lock()
+	if nw.next > 254 {
+		nw.mu.Unlock()
+		return nil, "", fmt.Errorf("add node %s: %s is full", name, NodeSubnet)
+	}
+	host := nw.next
+	nw.next++
+	if netns == "" {
+		netns = "nodedns-node-" + randomToken()[:8]
+		if err := ipCmd(ctx, "netns", "add", netns); err != nil {
+			nw.mu.Unlock()
+			return nil, "", fmt.Errorf("add node %s: %w", name, err)
+		}
+		nw.owned = append(nw.owned, netns)
+	}
+	nw.mu.Unlock()
+
+	ip := net.IPv4(nodeGateway[0], nodeGateway[1], nodeGateway[2], byte(host)).To4()
+	veth := "tb" + strconv.Itoa(host) // the bridge side, in the control-plane namespace
+	steps := [][]string{
+		{"-n", nw.netns, "link", "add", veth, "type", "veth", "peer", "name", NodeInterface, "netns", netns},
+		{"-n", nw.netns, "link", "set", veth, "master", "br0", "up"},
+		{"-n", netns, "addr", "add", ip.String() + "/24", "dev", NodeInterface},
+		{"-n", netns, "link", "set", NodeInterface, "up"},
+		{"-n", netns, "link", "set", "lo", "up"},
+	}
+	for i, s := range steps {
+		if err := ipCmd(ctx, s...); err != nil {
+			return nil, "", fmt.Errorf("add node %s: %w", name, err)
+		}
+		if i == 0 {
+			nw.mu.Lock()
+			nw.veths = append(nw.veths, veth)
+			nw.mu.Unlock()
+		}
+	}
+	return ip, netns, nil
 }
 
 // NodeKubeconfig copies a kubeconfig written by the testbed (Kubeconfig,

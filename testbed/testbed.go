@@ -93,6 +93,10 @@ type Testbed struct {
 	apiserver *Process
 	network   *network     // created by the first AddNode
 	proxies   []*KubeProxy // in start order
+	realNodes []*RealNode  // in start order (realnode.go)
+	rstate    *runState    // state of this run's real nodes, or nil
+	control   []*Process   // kube-controller-manager, kube-scheduler (controllers.go)
+	stubDNS   *stubDNS     // the node namespaces' upstream, or nil (stubdns.go)
 	stopped   bool
 }
 
@@ -231,15 +235,20 @@ func (tb *Testbed) RestartAPIServer(ctx context.Context) error {
 func (tb *Testbed) LogTails() string {
 	tb.mu.Lock()
 	procs := []*Process{tb.etcd, tb.apiserver}
+	procs = append(procs, tb.control...)
 	for _, kp := range tb.proxies {
 		procs = append(procs, kp.proc)
 	}
+	realNodes := tb.realNodes
 	tb.mu.Unlock()
 	var s string
 	for _, p := range procs {
 		if p != nil {
 			s += p.LogTail() + "\n"
 		}
+	}
+	for _, n := range realNodes {
+		s += n.LogTails()
 	}
 	return s
 }
@@ -255,9 +264,19 @@ func (tb *Testbed) Stop() error {
 	}
 	tb.stopped = true
 	proxies, nw, api, etcd := tb.proxies, tb.network, tb.apiserver, tb.etcd
+	realNodes, control, stub := tb.realNodes, tb.control, tb.stubDNS
 	tb.mu.Unlock()
 
 	var errs []error
+	for _, n := range realNodes {
+		errs = append(errs, n.stop())
+	}
+	for _, p := range control {
+		errs = append(errs, p.Stop())
+	}
+	if stub != nil {
+		errs = append(errs, stub.close())
+	}
 	for _, kp := range proxies {
 		errs = append(errs, kp.proc.Stop())
 	}
@@ -275,6 +294,11 @@ func (tb *Testbed) Stop() error {
 	}
 	if tb.removeDir {
 		errs = append(errs, os.RemoveAll(tb.Dir))
+	}
+	if tb.rstate != nil {
+		// Last: the cgroup tree (any process still in it is killed), what is
+		// left of the namespaces and directories, and the state file.
+		errs = append(errs, tb.rstate.remove(context.Background()))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop testbed: %w", err)

@@ -32,11 +32,19 @@ pkgs=(
 	unbound:unbound       # a peer in the benchmark
 	dnsmasq-base:dnsmasq  # a peer in the benchmark and the comparison
 	prometheus:promtool   # promtool and the server: metrics, alert rules, dashboard queries (monitoring)
+	debootstrap:debootstrap  # the frontend image's Debian base (images)
+	containerd:containerd    # the real nodes' container runtime (testbed)
+	runc:runc                # the OCI runtime containerd starts (testbed)
+	containernetworking-plugins:/usr/lib/cni/bridge  # pods' network on real nodes (testbed)
 )
 
 missing=()
 for p in "${pkgs[@]}"; do
 	pkg=${p%%:*} cmd=${p#*:}
+	if [[ $cmd == /* ]]; then
+		[[ -x $cmd ]] || missing+=("$pkg") # a program off PATH, by its path
+		continue
+	fi
 	command -v "$cmd" >/dev/null 2>&1 || [[ -x /usr/sbin/$cmd || -x /sbin/$cmd ]] || missing+=("$pkg")
 done
 

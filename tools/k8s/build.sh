@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# build.sh builds kube-apiserver and kube-proxy from this module into the
+# build.sh builds Kubernetes binaries from this module into the
 # version-keyed cache directory the testbed reads, unless they are already
 # there. The first build of kube-apiserver takes 10-20 minutes on two cores;
 # kube-proxy then takes about a minute; cached binaries return at once.
+# Real nodes (testbed.StartCluster) also need kubelet (~4.5 min on two idle
+# cores), kube-controller-manager, kube-scheduler and kubectl (~2 min more).
 #
-# Usage: tools/k8s/build.sh [kube-apiserver] [kube-proxy]   (default: both)
+# Usage: tools/k8s/build.sh [binary...]
+#   default: kube-apiserver kube-proxy
+#   realnode: kube-apiserver kube-proxy kubelet kube-controller-manager kube-scheduler kubectl
 # Cache: $NODEDNS_K8S_BIN_DIR, else ${XDG_CACHE_HOME:-~/.cache}/nodedns/k8s-<version>
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -14,6 +18,9 @@ dir=${NODEDNS_K8S_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nodedns/k8s-$version}
 mkdir -p "$dir"
 cmds=("$@")
 ((${#cmds[@]})) || cmds=(kube-apiserver kube-proxy)
+if [[ ${cmds[*]} == realnode ]]; then
+	cmds=(kube-apiserver kube-proxy kubelet kube-controller-manager kube-scheduler kubectl)
+fi
 
 # One build at a time per cache directory: test packages run in parallel and
 # may all find a binary missing; the later ones wait and then find it cached.
@@ -27,7 +34,7 @@ ldflags="-s -w -X $v.gitVersion=$version -X $v.gitMajor=1 -X $v.gitMinor=36 -X $
 
 for cmd in "${cmds[@]}"; do
 	case $cmd in
-	kube-apiserver | kube-proxy) ;;
+	kube-apiserver | kube-proxy | kubelet | kube-controller-manager | kube-scheduler | kubectl) ;;
 	*) echo "build.sh: unknown binary $cmd" >&2; exit 2 ;;
 	esac
 	if [[ -x "$dir/$cmd" ]]; then

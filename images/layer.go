@@ -1,0 +1,194 @@
+package images
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// File is one entry of a layer built by FilesLayer.
+type File struct {
+	// Path inside the image, without a leading slash ("usr/local/bin/x").
+	Path string
+	// Data is the file's content. A File with Dir set has none.
+	Data []byte
+	// Mode holds the permission bits (0o755).
+	Mode int64
+	// Dir makes the entry a directory.
+	Dir bool
+	// UID and GID own the entry.
+	UID, GID int
+}
+
+// FilesLayer writes files as one layer: entries sorted by path, each parent
+// directory present (0755 root), every timestamp set to mtime, no user or
+// group names. The same files and mtime give the same digest.
+func FilesLayer(files []File, mtime time.Time) (v1.Layer, error) {
+	byPath := map[string]File{}
+	for _, f := range files {
+		p := strings.Trim(path.Clean("/"+f.Path), "/")
+		if p == "" {
+			return nil, fmt.Errorf("layer entry %q: empty path", f.Path)
+		}
+		f.Path = p
+		byPath[p] = f
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if _, ok := byPath[d]; !ok {
+				byPath[d] = File{Path: d, Dir: true, Mode: 0o755}
+			}
+		}
+	}
+	paths := make([]string, 0, len(byPath))
+	for p := range byPath {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, p := range paths {
+		f := byPath[p]
+		h := &tar.Header{Name: p, Mode: f.Mode, Uid: f.UID, Gid: f.GID, ModTime: mtime.UTC(), Format: tar.FormatPAX}
+		if f.Dir {
+			h.Typeflag, h.Name = tar.TypeDir, p+"/"
+		} else {
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Data))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, fmt.Errorf("layer entry %s: %w", p, err)
+		}
+		if _, err := tw.Write(f.Data); err != nil {
+			return nil, fmt.Errorf("layer entry %s: %w", p, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("close layer: %w", err)
+	}
+	return layerFromBytes(buf.Bytes())
+}
+
+// layerFromBytes makes an OCI gzip layer of an uncompressed tar held in
+// memory; the compressed form is computed once and kept.
+func layerFromBytes(b []byte) (v1.Layer, error) {
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
+	if err != nil {
+		return nil, fmt.Errorf("compress layer: %w", err)
+	}
+	return l, nil
+}
+
+// WriteTreeTar writes the directory tree root as a layer tar to w: entries
+// in lexical order, owners and modes as on disk (numeric only), every
+// timestamp mtime, hard links as links to their first path, no extended
+// attributes. Device nodes, sockets and fifos are left out: a container
+// runtime provides /dev.
+func WriteTreeTar(w io.Writer, root string, mtime time.Time) error {
+	tw := tar.NewWriter(w)
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("%s: no stat data", p)
+		}
+		h := &tar.Header{
+			Name:    filepath.ToSlash(rel),
+			Mode:    int64(fi.Mode().Perm()),
+			Uid:     int(st.Uid),
+			Gid:     int(st.Gid),
+			ModTime: mtime.UTC(),
+			Format:  tar.FormatPAX,
+		}
+		if fi.Mode()&fs.ModeSetuid != 0 {
+			h.Mode |= 0o4000
+		}
+		if fi.Mode()&fs.ModeSetgid != 0 {
+			h.Mode |= 0o2000
+		}
+		if fi.Mode()&fs.ModeSticky != 0 {
+			h.Mode |= 0o1000
+		}
+		var src string
+		switch {
+		case fi.IsDir():
+			h.Typeflag = tar.TypeDir
+			h.Name += "/"
+		case fi.Mode()&fs.ModeSymlink != 0:
+			h.Typeflag = tar.TypeSymlink
+			if h.Linkname, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular():
+			key := inode{uint64(st.Dev), st.Ino}
+			if first, ok := seen[key]; ok && st.Nlink > 1 {
+				h.Typeflag, h.Linkname = tar.TypeLink, first
+				break
+			}
+			seen[key] = h.Name
+			h.Typeflag, h.Size, src = tar.TypeReg, fi.Size(), p
+		default:
+			return nil // device, socket, fifo
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("tar header %s: %w", rel, err)
+		}
+		if src == "" {
+			return nil
+		}
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := io.Copy(tw, f); err != nil {
+			return fmt.Errorf("tar %s: %w", rel, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("tar %s: %w", root, err)
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("tar %s: %w", root, err)
+	}
+	return nil
+}
+
+// uncompressedSize reads a layer's tar stream to count its bytes.
+func uncompressedSize(l v1.Layer) (int64, error) {
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	return io.Copy(io.Discard, rc)
+}

@@ -1,0 +1,124 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/nodedns/nodedns/images"
+)
+
+// The testbed's own images, built from testbed/internal/podtool.
+const (
+	// PauseImage is the pod sandbox image containerd starts for every pod
+	// (its CRI sandbox_image): podtool as /pause, under the name kubelet
+	// v1.36 expects, so nothing is ever pulled.
+	PauseImage = "registry.k8s.io/pause:3.10"
+	// PodToolImage runs `podtool resolve` in client pods.
+	PodToolImage = "nodedns.test/podtool:v1"
+)
+
+// podToolEpoch fixes the timestamps of the testbed's images: they are test
+// fixtures, not releases.
+var podToolEpoch = time.Unix(1_700_000_000, 0)
+
+// Archive is an OCI image archive and the name it imports as.
+type Archive struct {
+	Ref    string
+	Path   string
+	Digest string // the manifest digest, "sha256:..."
+}
+
+// BuildPodImages builds PauseImage and PodToolImage into dir and returns
+// their archives.
+func BuildPodImages(ctx context.Context, dir string) ([]Archive, error) {
+	root, err := images.FindRoot(".")
+	if err != nil {
+		tools, terr := toolsDir()
+		if terr != nil {
+			return nil, fmt.Errorf("pod images: %w", err)
+		}
+		if root, err = images.FindRoot(tools); err != nil {
+			return nil, fmt.Errorf("pod images: %w", err)
+		}
+	}
+	bin, err := images.GoBuildIn(ctx, root, "./testbed/internal/podtool", filepath.Join(dir, "podtool"), "-s -w")
+	if err != nil {
+		return nil, fmt.Errorf("pod images: %w", err)
+	}
+	specs := []struct {
+		ref, tag, path string
+		entry          []string
+	}{
+		{PauseImage, "3.10", "pause", []string{"/pause"}},
+		{PodToolImage, "v1", "podtool", []string{"/podtool"}},
+	}
+	var out []Archive
+	for _, s := range specs {
+		layer, err := images.FilesLayer([]images.File{{Path: s.path, Data: bin, Mode: 0o755}}, podToolEpoch)
+		if err != nil {
+			return nil, fmt.Errorf("pod image %s: %w", s.ref, err)
+		}
+		img, err := images.Build(images.Spec{Layers: []v1.Layer{layer}, Entrypoint: s.entry, Created: podToolEpoch})
+		if err != nil {
+			return nil, fmt.Errorf("pod image %s: %w", s.ref, err)
+		}
+		p := filepath.Join(dir, s.path+".oci.tar")
+		if err := images.WriteArchive(p, img, s.ref, s.tag); err != nil {
+			return nil, fmt.Errorf("pod image %s: %w", s.ref, err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			return nil, fmt.Errorf("pod image %s: %w", s.ref, err)
+		}
+		out = append(out, Archive{Ref: s.ref, Path: p, Digest: d.String()})
+	}
+	return out, os.Remove(filepath.Join(dir, "podtool"))
+}
+
+// BuildBackendImage builds the nodedns-backend image from the tree (the
+// same image `make images` writes) into dir. It stands in for the stock
+// CoreDNS image too: it is CoreDNS with the plugins kubeadm's Corefile uses.
+func BuildBackendImage(ctx context.Context, dir string) (Archive, error) {
+	return buildTreeImage(ctx, dir, images.BackendName)
+}
+
+// BuildFrontendImage builds the nodedns-frontend image from the tree into
+// dir; its Debian base is built first when not cached (root, debootstrap:
+// see images.BaseUnavailable).
+func BuildFrontendImage(ctx context.Context, dir string) (Archive, error) {
+	return buildTreeImage(ctx, dir, images.FrontendName)
+}
+
+func buildTreeImage(ctx context.Context, dir, name string) (Archive, error) {
+	root, err := images.FindRoot(".")
+	if err != nil {
+		return Archive{}, fmt.Errorf("%s image: %w", name, err)
+	}
+	tree, err := images.ReadTree(ctx, root, "")
+	if err != nil {
+		return Archive{}, fmt.Errorf("%s image: %w", name, err)
+	}
+	var b images.Built
+	if name == images.FrontendName {
+		b, err = images.Frontend(ctx, tree, images.DefaultRegistry, func(string, ...any) {})
+	} else {
+		b, err = images.Backend(ctx, tree, images.DefaultRegistry)
+	}
+	if err != nil {
+		return Archive{}, err
+	}
+	p := filepath.Join(dir, b.Name+".oci.tar")
+	if err := images.WriteArchive(p, b.Image, b.Ref, b.Tag); err != nil {
+		return Archive{}, err
+	}
+	d, err := b.Image.Digest()
+	if err != nil {
+		return Archive{}, fmt.Errorf("%s image: %w", name, err)
+	}
+	return Archive{Ref: b.Ref, Path: p, Digest: d.String()}, nil
+}
