@@ -166,6 +166,13 @@ func checkPod(t *testing.T, ds *appsv1.DaemonSet, vals map[string]any) {
 	if sel.Matches(labels.Set{"k8s-app": "kube-dns"}) {
 		t.Errorf("selector %v matches kubeadm's CoreDNS pods", sel)
 	}
+	// Nor may kubeadm's kube-dns Service (selector k8s-app=kube-dns, target
+	// port 53) select the pods: while it still fronts CoreDNS during a
+	// migration, a nodedns pod would join it with its node IP, where
+	// nothing listens on 53.
+	if labels.SelectorFromSet(labels.Set{"k8s-app": "kube-dns"}).Matches(labels.Set(ds.Spec.Template.Labels)) {
+		t.Errorf("pod labels %v match kubeadm's kube-dns Service selector k8s-app=kube-dns", ds.Spec.Template.Labels)
+	}
 
 	hostPath := map[string]corev1.HostPathVolumeSource{}
 	for _, v := range pod.Volumes {

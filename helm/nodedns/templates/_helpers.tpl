@@ -55,6 +55,27 @@ out k8s-app on purpose: kubeadm's CoreDNS pods carry k8s-app=kube-dns too,
 and listen on 53, not on the backend's fallback port, so selecting them
 during a migration would send queries to a port nobody answers.
 */}}
+{{/*
+Labels of the pods: the chart's labels without the cluster-service ones
+(k8s-app, kubernetes.io/cluster-service, kubernetes.io/name), which stay on
+the DaemonSet and the Service. kubeadm's kube-dns Service selects
+k8s-app=kube-dns with target port 53: while it still fronts CoreDNS
+(service.create=false, the first step of docs/migration.md), a nodedns pod
+carrying that label would join it with its node IP, where nothing listens
+on 53, and pods on nodes not yet taken over would lose their share of
+queries to it.
+*/}}
+{{- define "nodedns.podLabels" -}}
+app.kubernetes.io/name: {{ include "nodedns.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: "{{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}"
+{{- with .Values.customLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{- define "nodedns.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "nodedns.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
