@@ -73,6 +73,7 @@ type config struct {
 	maxInflight     int
 	shutdownTimeout time.Duration
 	handoverDir     string
+	holderDir       string
 	cache           cache.Config
 	version         bool
 
@@ -87,7 +88,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("nodedns-frontend", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: nodedns-frontend [flags]\n       nodedns-frontend diagnose\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: nodedns-frontend [flags]\n       nodedns-frontend diagnose\n       nodedns-frontend hold --holder-dir=DIR [--hold-timeout=30s]\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	c := cache.DefaultConfig()
@@ -114,6 +115,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.maxInflightPerSource, "max-inflight-per-source", 0, "misses of one client address resolved at once; past it its queries are answered SERVFAIL; 0 means an eighth of --max-inflight")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long in-flight queries may take before teardown")
 	fs.StringVar(&cfg.handoverDir, "handover-dir", defaultHandoverDir, "`DIR` of the unix socket through which a newer instance takes the sockets over; empty disables")
+	fs.StringVar(&cfg.holderDir, "holder-dir", "", "`DIR` of the socket holder's unix socket (nodedns-frontend hold), which keeps this instance's sockets open across a crash; empty disables")
 	fs.IntVar(&cfg.cache.Size, "cache-size", c.Size, "positive answers cached")
 	fs.IntVar(&cfg.cache.NegativeSize, "negative-cache-size", c.NegativeSize, "negative answers (NXDOMAIN, NODATA) and SERVFAILs cached; 0 disables")
 	durationVar(fs, &cfg.cache.MinTTL, "min-ttl", c.MinTTL, "raise shorter TTLs to this")

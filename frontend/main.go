@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/frontend/handover"
+	"github.com/nodedns/nodedns/frontend/holder"
 	"github.com/nodedns/nodedns/frontend/resolver"
 	"github.com/nodedns/nodedns/frontend/server"
 	"github.com/nodedns/nodedns/frontend/upstream"
@@ -41,6 +42,9 @@ func main() {
 func realMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "diagnose" {
 		return diagnoseCmd(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "hold" {
+		return holdCmd(args[1:], stdout, stderr)
 	}
 	cfg, err := parseConfig(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
@@ -113,6 +117,32 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 			log.Info("taking over the sockets of a running instance", zap.Int("sockets", len(inherited)))
 		}
 	}
+	// The holder (nodedns-frontend hold, beside this container) kept the
+	// sockets of an instance that died: take them back and answer what
+	// queued in them. A running predecessor's sockets are the ones served;
+	// the holder's lease is taken all the same, so that what it holds is
+	// replaced by what this instance serves.
+	var sup *holder.Supplier
+	if cfg.holderDir != "" {
+		sup = holder.NewSupplier(cfg.holderDir, cfg.listen, log.Named("holder"))
+		held, err := sup.Take(ctx)
+		switch {
+		case errors.Is(err, holder.ErrBusy) && succ != nil:
+			// The predecessor holds the lease of a holder shared with it
+			// and releases it once it has handed over; this instance's
+			// supplier then takes it.
+		case err != nil:
+			log.Warn("sockets not taken from the holder; binding afresh", zap.Error(err))
+		case succ != nil:
+			closeFiles(held)
+		case len(held) > 0:
+			inherited = held
+			log.Info("taking back the sockets the holder kept since the last instance died", zap.Int("sockets", len(held)))
+		}
+		// Past this point, a return without Release leaves the sockets to
+		// the holder for the next instance.
+		defer func() { _ = sup.Close() }()
+	}
 	abort := func() {
 		if succ != nil {
 			_ = succ.Abort()
@@ -134,6 +164,13 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	if err := srv.Start(); err != nil {
 		abort()
 		return err
+	}
+	if sup != nil {
+		// From now on a crash loses no query: the holder keeps the sockets.
+		supCtx, cancelSup := context.WithCancel(context.WithoutCancel(ctx))
+		supDone := make(chan struct{})
+		go func() { defer close(supDone); sup.Run(supCtx, srv) }()
+		defer func() { cancelSup(); <-supDone }()
 	}
 	nw, g, err := startNetwork(ctx, cfg, log, reg, pool)
 	if err != nil {
@@ -208,10 +245,12 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	case <-ctx.Done():
 	case h := <-handedOver:
 		nw.Leave()
+		releaseHolder(log, sup)
 		return handOver(ctx, cfg, log, srv, h, &stopping, httpSrv)
 	}
 	log.Info("shutting down", zap.Duration("timeout", cfg.shutdownTimeout))
 	stopping.Store(true)
+	releaseHolder(log, sup)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
 	// Order: stop reading and drain while the rules still point here, then
@@ -251,6 +290,25 @@ func handOver(ctx context.Context, cfg config, log *zap.Logger, srv *server.Serv
 	<-ctx.Done()
 	log.Info("stopped")
 	return herr
+}
+
+// releaseHolder tells the holder, if any, that this instance stops
+// cleanly: its sockets go to a successor or are closed, and the holder's
+// copies must not outlive them.
+func releaseHolder(log *zap.Logger, sup *holder.Supplier) {
+	if sup == nil {
+		return
+	}
+	if err := sup.Release(); err != nil {
+		log.Warn("holder release", zap.Error(err))
+	}
+}
+
+// closeFiles closes files not used.
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
 }
 
 // serveHTTP starts the metrics and health servers (each skipped when its

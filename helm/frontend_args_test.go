@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,7 +56,7 @@ func TestFrontendAcceptsRenderedArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fe := cs[len(cs)-1]
+			fe := cs[slices.IndexFunc(cs, func(c Container) bool { return c.Spec.Name == "frontend" })]
 			args := append([]string{"--net", "--", "sh", "-c", `ip link set lo up && ip addr add 192.0.2.7/32 dev lo && exec "$0" "$@"`, bin}, fe.Command[1:]...)
 			args = append(args, "--handover-dir="+t.TempDir())
 			cmd := exec.Command(unshare, args...)

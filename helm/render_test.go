@@ -27,6 +27,7 @@ var renderCases = []struct {
 	{"IPv6 iptables", "localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}\nfallback: {clusterIP: fd00:10:96::b}"},
 	{"no native sidecar", `backend: {nativeSidecar: false}`},
 	{"no fallback", `fallback: {enabled: false}`},
+	{"no holder", `holder: {enabled: false}`},
 	{"migration: existing kube-dns Service", `service: {create: false}`},
 	{"stub domains", "stubDomains:\n  consul.local: [10.150.0.1, 10.150.0.2]\n  corp.example: [192.0.2.53]"},
 	{"monitoring", "prometheus:\n  monitor: {enabled: true, namespace: monitoring, interval: 15s, additionalLabels: {release: prom}}\ndashboards: {enabled: true}"},
@@ -438,8 +439,8 @@ func TestFrontendArgs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(cs) != 2 || cs[0].Spec.Name != "backend" || !cs[0].Sidecar || cs[1].Spec.Name != "frontend" {
-			t.Fatalf("containers in start order: want backend (sidecar), frontend")
+		if len(cs) != 3 || cs[0].Spec.Name != "backend" || !cs[0].Sidecar || cs[1].Spec.Name != "frontend" || cs[2].Spec.Name != "holder" {
+			t.Fatalf("containers in start order: want backend (sidecar), frontend, holder")
 		}
 		fe := cs[1].Command
 		if fe[0] != "nodedns-frontend" {

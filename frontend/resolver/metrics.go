@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -46,11 +47,14 @@ const maxRcode = 23 // BADCOOKIE, the largest rcode with a name (RFC 7873)
 // metrics holds every series' children, resolved once so that the hot path
 // only increments.
 type metrics struct {
-	requests    [4][]*vm.Counter // [server.Proto][typeIndex]; last index is "other"
-	typeIndex   [256]uint8       // qtype → index, for qtypes below 256
-	responses   [nPlugins][maxRcode + 2]*vm.Counter
-	duration    *vm.PrometheusHistogram
-	servedStale *vm.Counter
+	// The hit path's series are kept per P and summed at scrape time
+	// (sharedmetrics.NewShardedCounters): readers on different cores write
+	// no common cache line and take no lock.
+	requests    [4][]sharedmetrics.ShardedCounter // [server.Proto][typeIndex]; last index is "other"
+	typeIndex   [256]uint8                        // qtype → index, for qtypes below 256
+	responses   [nPlugins][maxRcode + 2]sharedmetrics.ShardedCounter
+	duration    *sharedmetrics.ShardedHistogram
+	servedStale sharedmetrics.ShardedCounter
 	prefetch    *vm.Counter
 	malformed   map[*dnswire.ParseError]*vm.Counter
 	mismatch    *vm.Counter
@@ -80,6 +84,10 @@ func newMetrics(set *vm.Set, srv string, c *cache.Cache) *metrics {
 	name := sharedmetrics.Name
 
 	sharedmetrics.Help(requestsFamily, "Counter of DNS requests made per zone, protocol and family.")
+	// One call per family: its series are written together, in the order
+	// the Prometheus client and VictoriaMetrics/metrics write them (sorted).
+	var reqNames []string
+	var reqAt [4][]int
 	for p := range server.Proto(len(m.requests)) {
 		proto, family := "udp", "1" // CoreDNS: family 1 is IPv4, 2 is IPv6
 		if p.IsTCP() {
@@ -88,17 +96,24 @@ func newMetrics(set *vm.Set, srv string, c *cache.Cache) *metrics {
 		if p.IsIPv6() {
 			family = "2"
 		}
-		request := func(typ string) *vm.Counter {
-			return set.NewCounter(name(requestsFamily,
+		request := func(typ string) {
+			reqAt[p] = append(reqAt[p], len(reqNames))
+			reqNames = append(reqNames, name(requestsFamily,
 				"server", srv, "zone", zone, "view", view, "proto", proto, "family", family, "type", typ))
 		}
 		for i, t := range monitoredTypes {
-			m.requests[p] = append(m.requests[p], request(dns.TypeToString[t]))
+			request(dns.TypeToString[t])
 			if t < 256 {
 				m.typeIndex[t] = uint8(i)
 			}
 		}
-		m.requests[p] = append(m.requests[p], request("other"))
+		request("other")
+	}
+	reqs := sharedmetrics.NewShardedCounters(set, sortedNames(reqNames)...)
+	for p := range reqAt {
+		for _, i := range reqAt[p] {
+			m.requests[p] = append(m.requests[p], reqs[sortedIndex(reqNames, i)])
+		}
 	}
 	other := uint8(len(monitoredTypes))
 	for t := range m.typeIndex {
@@ -108,19 +123,26 @@ func newMetrics(set *vm.Set, srv string, c *cache.Cache) *metrics {
 	}
 
 	sharedmetrics.Help(responsesFamily, "Counter of response status codes.")
+	var respNames []string
 	for p := range nPlugins {
 		for rc := 0; rc <= maxRcode+1; rc++ {
-			m.responses[p][rc] = set.NewCounter(name(responsesFamily,
+			respNames = append(respNames, name(responsesFamily,
 				"server", srv, "zone", zone, "view", view, "rcode", rcodeName(rc), "plugin", pluginNames[p]))
+		}
+	}
+	resps := sharedmetrics.NewShardedCounters(set, sortedNames(respNames)...)
+	for p := range nPlugins {
+		for rc := 0; rc <= maxRcode+1; rc++ {
+			m.responses[p][rc] = resps[sortedIndex(respNames, p*(maxRcode+2)+rc)]
 		}
 	}
 
 	sharedmetrics.Help(durationFamily, "Histogram of the time (in seconds) each request took per zone.")
-	m.duration = set.NewPrometheusHistogramExt(name(durationFamily, "server", srv, "zone", zone, "view", view),
+	m.duration = sharedmetrics.NewShardedHistogram(set, name(durationFamily, "server", srv, "zone", zone, "view", view),
 		vm.ExponentialBuckets(0.00025, 2, 16)) // CoreDNS's: 0.25ms to 8s
 
 	sharedmetrics.Help(servedStaleFamily, "The number of requests served from stale cache entries.")
-	m.servedStale = set.NewCounter(name(servedStaleFamily, "server", srv, "zones", zone, "view", view))
+	m.servedStale = sharedmetrics.NewShardedCounters(set, name(servedStaleFamily, "server", srv, "zones", zone, "view", view))[0]
 	sharedmetrics.Help(prefetchFamily, "The number of times the cache has prefetched a cached item.")
 	m.prefetch = set.NewCounter(name(prefetchFamily, "server", srv, "zones", zone, "view", view))
 
@@ -135,6 +157,23 @@ func newMetrics(set *vm.Set, srv string, c *cache.Cache) *metrics {
 
 	newCacheWriter(c, srv).register(set)
 	return m
+}
+
+// sortedNames returns names sorted, as a VictoriaMetrics set orders its
+// series (by name within a family).
+func sortedNames(names []string) []string {
+	return slices.Sorted(slices.Values(names))
+}
+
+// sortedIndex is the position of names[i] in sortedNames(names).
+func sortedIndex(names []string, i int) int {
+	n := 0
+	for _, s := range names {
+		if s < names[i] {
+			n++
+		}
+	}
+	return n
 }
 
 func rcodeName(rc int) string {
@@ -163,10 +202,7 @@ func (m *metrics) response(plugin, rcode int, start time.Time, weight int) {
 	}
 	m.responses[plugin][rcode].Inc()
 	if weight > 0 {
-		d := time.Since(start).Seconds()
-		for range weight {
-			m.duration.Update(d)
-		}
+		m.duration.UpdateN(time.Since(start).Seconds(), weight)
 	}
 }
 

@@ -7,10 +7,12 @@ import (
 )
 
 // serverMetrics holds the server's series. Label values are pre-created so
-// the hot path never looks a child up by name.
+// the hot path never looks a child up by name. What every batch updates is
+// kept per P and summed at scrape time (metrics.NewShardedCounters), so
+// that the readers of different cores share no cache line and no lock.
 type serverMetrics struct {
-	udpIn, udpOut, tcpIn, tcpOut *vm.Counter
-	batch                        *vm.PrometheusHistogram
+	udpIn, udpOut, tcpIn, tcpOut metrics.ShardedCounter
+	batch                        *metrics.ShardedHistogram
 	overloaded                   *vm.Counter
 	inflight                     *vm.Gauge
 	tcpConns                     *vm.Gauge
@@ -63,20 +65,23 @@ func newMetrics(set *vm.Set) *serverMetrics {
 	metrics.Help(droppedFamily, "Received messages dropped unanswered because they were larger than 1232 bytes (a TCP connection is then closed) or shorter than a DNS header.")
 	metrics.Help(refusedFamily, "Misses (answered stale or SERVFAIL) and TCP connections (closed) refused for capacity, by reason: inflight_total, inflight_source, tcp_conns_total, tcp_conns_source.")
 	metrics.Help(panicsFamily, "Handler panics recovered (each query answered SERVFAIL).")
-	packets := func(proto, direction string) *vm.Counter {
-		return set.NewCounter(metrics.Name(packetsFamily, "proto", proto, "direction", direction))
+	packet := func(proto, direction string) string {
+		return metrics.Name(packetsFamily, "proto", proto, "direction", direction)
 	}
+	// In the order a VictoriaMetrics set writes them (sorted).
+	packets := metrics.NewShardedCounters(set,
+		packet("tcp", "in"), packet("tcp", "out"), packet("udp", "in"), packet("udp", "out"))
 	var refused [numRefusals]*vm.Counter
 	for r, name := range refusalNames {
 		refused[r] = set.NewCounter(metrics.Name(refusedFamily, "reason", name))
 	}
 	return &serverMetrics{
 		refused:     refused,
-		udpIn:       packets("udp", "in"),
-		udpOut:      packets("udp", "out"),
-		tcpIn:       packets("tcp", "in"),
-		tcpOut:      packets("tcp", "out"),
-		batch:       set.NewPrometheusHistogramExt(batchFamily, []float64{1, 2, 4, 8, 16, 32, 64, 128}),
+		tcpIn:       packets[0],
+		tcpOut:      packets[1],
+		udpIn:       packets[2],
+		udpOut:      packets[3],
+		batch:       metrics.NewShardedHistogram(set, batchFamily, []float64{1, 2, 4, 8, 16, 32, 64, 128}),
 		overloaded:  set.NewCounter(overloadedFamily),
 		inflight:    set.NewGauge(inflightFamily, nil),
 		tcpConns:    set.NewGauge(tcpConnsFamily, nil),

@@ -46,6 +46,8 @@ type ChaosRow struct {
 	Lost   uint64 `json:"lost"`
 	Failed uint64 `json:"failed"`
 	Slow   uint64 `json:"slow"`
+	// Longest is the longest wait of an answered lookup.
+	Longest time.Duration `json:"longest_ns,omitempty"`
 	// Load is the generator's result (per-second series for plots).
 	Load  *gen.Result `json:"load,omitempty"`
 	Note  string      `json:"note,omitempty"`
@@ -151,6 +153,7 @@ func (e *Env) runExperiment(ctx context.Context, cfg Config, t *trial, x experim
 		row.Load = res
 		row.Lookups, row.Lost, row.Failed = res.Lookups, res.Timeouts, res.Failed
 		row.Slow = res.Hist().CountAbove(slowAfter)
+		row.Longest = res.Hist().Max()
 	}
 	// The next experiment starts from a working design.
 	if err := waitDNS(ctx, nil, t.node.Pod.Name, t.run.Nameserver, time.Minute); err != nil && row.Error == "" {

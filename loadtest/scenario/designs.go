@@ -431,15 +431,38 @@ func (e *Env) containerArgv(c helm.Container, dir string) ([]string, error) {
 					return nil, err
 				}
 				replace[m.MountPath] = local
+			case v.EmptyDir != nil:
+				// One per pod, shared by the containers that mount it
+				// (the frontend and the socket holder).
+				shared := filepath.Join(dir, "emptydir", v.Name)
+				if err := os.MkdirAll(shared, 0o755); err != nil {
+					return nil, err
+				}
+				replace[m.MountPath] = shared
 			}
 		}
 	}
 	argv := []string{e.bin(c.Command[0])}
 	for _, a := range c.Command[1:] {
-		for from, to := range replace {
-			a = strings.Replace(a, from, to, 1)
-		}
-		argv = append(argv, a)
+		argv = append(argv, replacePath(a, replace))
 	}
 	return argv, nil
+}
+
+// replacePath moves the path of an argument (the whole of it, or the value
+// of a --flag=value) under the directory replace maps its mount path to.
+// Only a whole mount path or one followed by "/" is replaced: one mount
+// path may be a prefix of another's name (/run/nodedns,
+// /run/nodedns-holder).
+func replacePath(arg string, replace map[string]string) string {
+	prefix, val := "", arg
+	if i := strings.Index(arg, "="); i >= 0 && strings.HasPrefix(arg, "-") {
+		prefix, val = arg[:i+1], arg[i+1:]
+	}
+	for from, to := range replace {
+		if val == from || strings.HasPrefix(val, from+"/") {
+			return prefix + to + val[len(from):]
+		}
+	}
+	return arg
 }

@@ -19,8 +19,10 @@ var designColors = map[string]color.Color{
 	"nodedns":   color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 }
 
-// WritePlots writes latency-cdf.png and, with chaos rows, one
-// chaos-<experiment>.png each; it returns the file names.
+// WritePlots writes latency-cdf.png, latency-ccdf.png (the same
+// latencies as the fraction of lookups slower than x, log-log, where the
+// tail is visible) and, with chaos rows, one chaos-<experiment>.png each;
+// it returns the file names.
 func (r *Report) WritePlots(dir string) (files []string, err error) {
 	defer func() {
 		// gonum/plot panics on degenerate data (an empty log axis).
@@ -28,40 +30,18 @@ func (r *Report) WritePlots(dir string) (files []string, err error) {
 			err = fmt.Errorf("plot: %v", v)
 		}
 	}()
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Lookup latency, %d lookups/s, mix %s", r.Config.Rate, r.Config.Mix)
-	p.X.Label.Text = "latency (ms, log scale)"
-	p.Y.Label.Text = "fraction of answered lookups"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top, p.Legend.Left = false, false
-	p.Add(plotter.NewGrid())
-	lines := 0
-	for _, row := range r.Rows {
-		if row.Load == nil {
-			continue
-		}
-		var pts plotter.XYs
-		for _, pt := range row.Load.Hist().CDF() {
-			if ms := pt[0] / 1e6; ms > 0 {
-				pts = append(pts, plotter.XY{X: ms, Y: pt[1]})
-			}
-		}
-		if len(pts) == 0 {
-			continue
-		}
-		l, err := plotter.NewLine(pts)
+	for _, ccdf := range []bool{false, true} {
+		p, lines, err := r.latencyPlot(ccdf)
 		if err != nil {
 			return files, err
 		}
-		l.Color = designColors[row.Design]
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(row.Design, l)
-		lines++
-	}
-	if lines > 0 { // else no design was measured
+		if lines == 0 { // no design was measured
+			continue
+		}
 		name := "latency-cdf.png"
+		if ccdf {
+			name = "latency-ccdf.png"
+		}
 		if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, name)); err != nil {
 			return files, err
 		}
@@ -119,4 +99,76 @@ func (r *Report) WritePlots(dir string) (files []string, err error) {
 		files = append(files, name)
 	}
 	return files, nil
+}
+
+// latencyPlot draws every design's latency distribution: the CDF on a log
+// x axis, or with ccdf the complementary CDF on log-log axes. It returns
+// the plot and the number of designs drawn.
+func (r *Report) latencyPlot(ccdf bool) (*plot.Plot, int, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Lookup latency, %d lookups/s, mix %s", r.Config.Rate, r.Config.Mix)
+	p.X.Label.Text = "latency (ms, log scale)"
+	p.Y.Label.Text = "fraction of answered lookups"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top, p.Legend.Left = false, false
+	if ccdf {
+		p.Title.Text = fmt.Sprintf("Lookup latency tail, %d lookups/s, mix %s", r.Config.Rate, r.Config.Mix)
+		p.Y.Label.Text = "fraction of answered lookups slower (log scale)"
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Legend.Left = true // the curves fall to the right
+	}
+	p.Add(plotter.NewGrid())
+	lines := 0
+	for _, row := range r.Rows {
+		if row.Load == nil {
+			continue
+		}
+		pts := cdfPoints(row.Load.Hist().CDF())
+		if ccdf {
+			pts = ccdfPoints(row.Load.Hist().CDF())
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return nil, 0, err
+		}
+		l.Color = designColors[row.Design]
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(row.Design, l)
+		lines++
+	}
+	return p, lines, nil
+}
+
+// cdfPoints turns (ns, fraction at or below) points into (ms, fraction),
+// dropping a zero latency, which a log axis cannot show.
+func cdfPoints(cdf [][2]float64) plotter.XYs {
+	var pts plotter.XYs
+	for _, pt := range cdf {
+		if ms := pt[0] / 1e6; ms > 0 {
+			pts = append(pts, plotter.XY{X: ms, Y: pt[1]})
+		}
+	}
+	return pts
+}
+
+// ccdfPoints turns (ns, fraction at or below) points into (ms, fraction
+// above): the survival function, whose log scale spreads p99 (0.01),
+// p99.9 (0.001) and beyond evenly. The last point, with no lookup slower,
+// has no place on a log axis: the curve ends at the slowest bucket but
+// one, whose fraction is at least one lookup in all of them.
+func ccdfPoints(cdf [][2]float64) plotter.XYs {
+	var pts plotter.XYs
+	for _, pt := range cdf {
+		ms, above := pt[0]/1e6, 1-pt[1]
+		if ms > 0 && above > 1e-12 {
+			pts = append(pts, plotter.XY{X: ms, Y: above})
+		}
+	}
+	return pts
 }

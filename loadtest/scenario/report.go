@@ -164,14 +164,18 @@ func (c *Crosscheck) write(w io.Writer) {
 }
 
 func writeChaos(w io.Writer, rows []ChaosRow) {
-	fmt.Fprintln(w, "| experiment | design | lookups | lost | failed | slow (>1s) | note |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|---|")
+	fmt.Fprintln(w, "| experiment | design | lookups | lost | failed | slow (>1s) | longest | note |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|---|")
 	for _, c := range rows {
 		note := c.Note
 		if c.Error != "" {
 			note = "error: " + oneLine(c.Error)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %s |\n", c.Experiment, c.Design, c.Lookups, c.Lost, c.Failed, c.Slow, note)
+		longest := ""
+		if c.Longest > 0 {
+			longest = short(c.Longest)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %s | %s |\n", c.Experiment, c.Design, c.Lookups, c.Lost, c.Failed, c.Slow, longest, note)
 	}
 }
 
