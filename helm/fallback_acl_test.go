@@ -44,15 +44,19 @@ func TestFallbackListenerRestricted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		byName := map[string]Container{}
+		for _, c := range cs {
+			byName[c.Spec.Name] = c
+		}
 		env := map[string]string{}
-		for _, kv := range cs[0].Env {
+		for _, kv := range byName["backend"].Env {
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v
 		}
 		if env["NODEDNS_FALLBACK_BIND"] != "192.0.2.7" || env["NODEDNS_METRICS"] != "192.0.2.7:9153" {
 			t.Errorf("%q: backend NODEDNS_FALLBACK_BIND=%q NODEDNS_METRICS=%q, want the node IP", tc.values, env["NODEDNS_FALLBACK_BIND"], env["NODEDNS_METRICS"])
 		}
-		if fe := cs[len(cs)-1].Command; !slices.Contains(fe, "--metrics=192.0.2.7:9253") {
+		if fe := byName["frontend"].Command; !slices.Contains(fe, "--metrics=192.0.2.7:9253") {
 			t.Errorf("%q: frontend command %q lacks --metrics on the node IP", tc.values, fe)
 		}
 	}
