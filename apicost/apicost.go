@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nodedns/nodedns/backend/kubespec"
 	"github.com/nodedns/nodedns/testbed"
 )
 
@@ -28,6 +29,9 @@ const (
 	SetNone  = "no agents"
 	SetProxy = "kube-proxy watch set"
 	SetBoth  = "kube-proxy + nodedns"
+	// SetBothAll is SetBoth with the backends' endpointslices all: the
+	// kubernetes plugin's own watch of every EndpointSlice.
+	SetBothAll = "kube-proxy + nodedns (endpointslices all)"
 )
 
 // study is one run: the testbed, the two fleets and the churn.
@@ -36,10 +40,16 @@ type study struct {
 	tb       *testbed.Testbed
 	backends *fleet
 	proxies  *fleet
-	churn    *churner
+	// churns are the rolling slices: the ClusterIP Service's (steady
+	// state), then, with cfg.ChurnKinds, the headless and the selector-less
+	// Service's, paused until their windows.
+	churns []*churner
 	// watchList is the WatchListClient gate of backends started next.
 	watchList bool
-	logf      func(string, ...any)
+	// endpointSlices is the nodedns_kubernetes endpointslices mode of
+	// backends started next.
+	endpointSlices string
+	logf           func(string, ...any)
 }
 
 // Run runs the study and returns its report; the tables also go to
@@ -64,7 +74,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		return nil, fmt.Errorf("backend binary: %w (run `make build`)", err)
 	}
 	cfg.BackendBinary = bin
-	s := &study{cfg: cfg, logf: cfg.Logf, watchList: true}
+	s := &study{cfg: cfg, logf: cfg.Logf, watchList: true, endpointSlices: kubespec.WatchSpec}
 	rep := &Report{Config: cfg}
 
 	tb, err := testbed.Start(ctx, testbed.Options{Logf: cfg.Logf})
@@ -76,7 +86,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if err != nil {
 		return nil, errors.Join(err, tb.Stop())
 	}
-	s.backends = backendFleet(dir, "", "", &s.watchList) // paths set below
+	s.backends = backendFleet(dir, "", "", &s.watchList, &s.endpointSlices) // paths set below
 	s.proxies = proxyWatchFleet(dir, cfg.WatchCommand, cfg.WatchEnv, "")
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	defer func() {
@@ -96,6 +106,9 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		}
 	}
 	if err := s.steady(ctx, rep); err != nil {
+		return rep, err
+	}
+	if err := s.churnKinds(ctx, rep); err != nil {
 		return rep, err
 	}
 	if err := s.bursts(ctx, rep); err != nil {
@@ -126,7 +139,7 @@ func (s *study) prepare(ctx, churnCtx context.Context, dir string, rep *Report) 
 	if err != nil {
 		return err
 	}
-	s.backends = backendFleet(dir, s.cfg.BackendBinary, backendKC, &s.watchList)
+	s.backends = backendFleet(dir, s.cfg.BackendBinary, backendKC, &s.watchList, &s.endpointSlices)
 	s.proxies = proxyWatchFleet(dir, s.cfg.WatchCommand, s.cfg.WatchEnv, proxyKC)
 
 	maxN := s.cfg.Nodes[len(s.cfg.Nodes)-1]
@@ -137,17 +150,31 @@ func (s *study) prepare(ctx, churnCtx context.Context, dir string, rep *Report) 
 		return err
 	}
 	start := time.Now()
-	if err := testbed.CreateServices(ctx, c, Namespace, 0, s.cfg.Services, s.cfg.EndpointsPerService); err != nil {
+	if err := createServices(ctx, c, s.cfg.Services, s.cfg.EndpointsPerService, maxN); err != nil {
 		return err
 	}
 	s.logf("created %d Services with %d endpoints each in %v", s.cfg.Services, s.cfg.EndpointsPerService, time.Since(start).Round(time.Second))
 	if s.cfg.ChurnEndpoints > 0 {
-		s.churn = &churner{c: c, size: s.cfg.ChurnEndpoints, interval: s.cfg.ChurnInterval,
-			firstIP: s.cfg.Services * s.cfg.EndpointsPerService}
-		created := make(chan error, 1)
-		go s.churn.run(churnCtx, created)
-		if err := <-created; err != nil {
-			return err
+		type churnKind struct {
+			name   string
+			writer sliceWriter
+		}
+		kinds := []churnKind{{churnService, byController}}
+		if s.cfg.ChurnKinds {
+			kinds = append(kinds, churnKind{churnHeadlessService, byControllerHeadless}, churnKind{churnOperatorService, byOperator})
+		}
+		for i, k := range kinds {
+			// Each churner's addresses start in a range of its own,
+			// past the Services' endpoints.
+			ch := &churner{c: c, service: k.name, writer: k.writer, size: s.cfg.ChurnEndpoints, nodes: maxN,
+				interval: s.cfg.ChurnInterval, firstIP: s.cfg.Services*s.cfg.EndpointsPerService + i<<20}
+			ch.paused.Store(i > 0)
+			created := make(chan error, 1)
+			go ch.run(churnCtx, created)
+			if err := <-created; err != nil {
+				return err
+			}
+			s.churns = append(s.churns, ch)
 		}
 	}
 	if err := sleep(ctx, s.cfg.Settle); err != nil {
@@ -166,11 +193,26 @@ func (s *study) prepare(ctx, churnCtx context.Context, dir string, rep *Report) 
 // steady measures, for each node count, the kube-proxy watch set alone and
 // then with nodedns backends added.
 func (s *study) steady(ctx context.Context, rep *Report) error {
+	type step struct {
+		label string
+		f     *fleet
+		mode  string // backends' endpointslices
+	}
+	steps := []step{{SetProxy, s.proxies, ""}}
+	if s.cfg.CompareAll {
+		steps = append(steps, step{SetBothAll, s.backends, kubespec.WatchAll})
+	}
+	// The default last: its backends stay for the largest count's churn
+	// kinds and bursts.
+	steps = append(steps, step{SetBoth, s.backends, kubespec.WatchSpec})
 	for i, n := range s.cfg.Nodes {
-		for _, step := range []struct {
-			label string
-			f     *fleet
-		}{{SetProxy, s.proxies}, {SetBoth, s.backends}} {
+		for _, step := range steps {
+			if step.mode != "" && step.mode != s.endpointSlices {
+				if err := s.backends.stopAll(); err != nil {
+					return err
+				}
+				s.endpointSlices = step.mode
+			}
 			start := time.Now()
 			if err := step.f.grow(ctx, n, s.cfg.ReadyTimeout); err != nil {
 				return err
@@ -193,6 +235,40 @@ func (s *study) steady(ctx context.Context, rep *Report) error {
 			}
 		}
 	}
+	return nil
+}
+
+// churnKinds measures, at the largest node count with both fleets running
+// (the backends with endpointslices spec), one window with the headless
+// Service's slice rolling and one with the selector-less Service's, each
+// instead of the ClusterIP churn.
+func (s *study) churnKinds(ctx context.Context, rep *Report) error {
+	if len(s.churns) < 3 {
+		return nil
+	}
+	n := s.cfg.Nodes[len(s.cfg.Nodes)-1]
+	defer func() {
+		for i, ch := range s.churns {
+			ch.paused.Store(i > 0)
+		}
+	}()
+	for k, label := range []string{ChurnHeadless, ChurnSelectorless} {
+		i := k + 1 // s.churns[0] is the ClusterIP churn
+		for j, ch := range s.churns {
+			ch.paused.Store(j != i)
+		}
+		if err := sleep(ctx, s.cfg.Settle); err != nil {
+			return err
+		}
+		r, err := s.measure(ctx, label+", "+SetBoth, n, s.cfg.Window, nil, nil)
+		if err != nil {
+			return err
+		}
+		r.Churn = label
+		rep.ChurnKinds = append(rep.ChurnKinds, r)
+		s.logf("%s", r.line())
+	}
+	writeChurnKinds(s.cfg.Out, rep)
 	return nil
 }
 

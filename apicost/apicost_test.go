@@ -67,7 +67,11 @@ func smokeUnavailable() (backend, reason string) {
 
 // TestSmoke runs the whole study at a tiny scale (3 nodes, 20 Services) and
 // checks that every table has numbers and that each agent opened its watch
-// set: 3 watches per nodedns backend, 4 per kube-proxy watch set.
+// set: 4 watches per nodedns backend (3 with endpointslices all), 4 per
+// kube-proxy watch set; and that an update of the EndpointSlice
+// controller's ClusterIP slice reaches no spec backend, while a headless
+// Service's reaches every backend and no kube-proxy, and a selector-less
+// slice reaches both.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("testbed study; -short given")
@@ -83,6 +87,8 @@ func TestSmoke(t *testing.T) {
 		EndpointsPerService: 5,
 		ChurnEndpoints:      10,
 		ChurnInterval:       100 * time.Millisecond,
+		CompareAll:          true,
+		ChurnKinds:          true,
 		Settle:              time.Second,
 		Window:              3 * time.Second,
 		BurstWindow:         3 * time.Second,
@@ -104,16 +110,46 @@ func TestSmoke(t *testing.T) {
 	none, _ := rep.steady(SetNone, 0)
 	kp, ok1 := rep.steady(SetProxy, 3)
 	both, ok2 := rep.steady(SetBoth, 3)
-	if !ok1 || !ok2 {
+	all, ok3 := rep.steady(SetBothAll, 3)
+	if !ok1 || !ok2 || !ok3 {
 		t.Fatalf("steady windows missing: %+v", rep.Steady)
 	}
 	if got := kp.Watches - none.Watches; got != 3*4 {
 		t.Errorf("kube-proxy watch set added %v watches, want 12 (services, endpointslices, servicecidrs, node × 3)", got)
 	}
-	if got := both.Watches - kp.Watches; got != 3*3 {
-		t.Errorf("nodedns added %v watches, want 9 (services, endpointslices, namespaces × 3)", got)
+	if got := both.Watches - kp.Watches; got != 3*4 {
+		t.Errorf("nodedns added %v watches, want 12 (services, 2 endpointslices, namespaces × 3)", got)
 	}
-	for _, r := range []Result{kp, both} {
+	if got := all.Watches - kp.Watches; got != 3*3 {
+		t.Errorf("nodedns with endpointslices all added %v watches, want 9 (services, endpointslices, namespaces × 3)", got)
+	}
+	// Events per endpoint update, over the no-agent window's: what each
+	// watch set receives of one update.
+	events := perUpdate(func(r Result) float64 { return r.WatchEvents })
+	fanout := func(r Result) float64 { return events(r) - events(none) }
+	for _, c := range []struct {
+		what string
+		r    Result
+		want float64
+	}{
+		{"ClusterIP churn, kube-proxy alone", kp, 3},
+		{"ClusterIP churn, with nodedns (spec)", both, 3},
+		{"ClusterIP churn, with nodedns (all)", all, 6},
+	} {
+		if got := fanout(c.r); math.Abs(got-c.want) > 0.5 {
+			t.Errorf("%s: %.2f watch events per update over no agents, want %.0f", c.what, got, c.want)
+		}
+	}
+	if len(rep.ChurnKinds) != 2 {
+		t.Fatalf("%d churn-kind windows, want 2 (headless, selector-less)", len(rep.ChurnKinds))
+	}
+	for i, want := range []float64{3, 6} { // headless: the 3 backends; selector-less: backends and kube-proxies
+		r := rep.ChurnKinds[i]
+		if got := fanout(r); math.Abs(got-want) > 0.5 {
+			t.Errorf("%s: %.2f watch events per update over no agents, want %.0f", r.Label, got, want)
+		}
+	}
+	for _, r := range []Result{kp, both, all} {
 		if r.APICPU <= 0 || r.APIRSS <= 0 || r.WatchBytes <= 0 || r.WatchEvents <= 0 || r.ChurnUpdates <= 0 {
 			t.Errorf("%s: want positive API server CPU, RSS, watch bytes and events, churn: %s", r.Label, r.line())
 		}

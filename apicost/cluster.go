@@ -64,41 +64,57 @@ func createNodes(ctx context.Context, c kubernetes.Interface, n int) error {
 
 // churner replaces the endpoints of one Deployment-sized EndpointSlice one
 // by one, as a rolling update does, and counts the updates that succeeded.
+// A paused churner keeps its objects and updates nothing.
 type churner struct {
 	c         kubernetes.Interface
+	service   string      // name of its Service and slice
+	writer    sliceWriter // who writes its slice: its labels and contents
 	size      int
+	nodes     int // endpoints are spread over this many Nodes
 	interval  time.Duration
 	firstIP   int // endpoint addresses count up from EndpointIP(firstIP)
+	paused    atomic.Bool
 	updates   atomic.Int64
 	failures  atomic.Int64
 	lastError atomic.Value // string
 }
 
-// churnService is the Service whose endpoints roll.
-const churnService = "churn"
+// Churn Services: the ClusterIP one of the steady-state windows, and the
+// headless and selector-less ones of the churn-kind windows.
+const (
+	churnService         = "churn"
+	churnHeadlessService = "churn-headless"
+	churnOperatorService = "churn-selectorless"
+)
+
+// endpoint is the churner's n-th endpoint.
+func (ch *churner) endpoint(n int) discoveryv1.Endpoint {
+	ip := testbed.EndpointIP(ch.firstIP + n)
+	if ch.writer == byOperator {
+		return operatorEndpoint(ip)
+	}
+	return studyEndpoint(ch.service, ch.firstIP+n, ch.nodes, ip)
+}
 
 // run creates the Service and its slice, then updates the slice every
 // interval until ctx ends. Failed updates (an API server restart) are
 // counted and retried with the next tick.
 func (ch *churner) run(ctx context.Context, created chan<- error) {
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: churnService, Namespace: Namespace},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	}
-	if _, err := ch.c.CoreV1().Services(Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		created <- fmt.Errorf("create churn Service: %w", err)
+	svc, err := ch.c.CoreV1().Services(Namespace).Create(ctx, studyService(ch.service, ch.writer), metav1.CreateOptions{})
+	if err != nil {
+		created <- fmt.Errorf("create Service %s: %w", ch.service, err)
 		return
 	}
-	next := ch.firstIP
+	next := 0
 	eps := make([]discoveryv1.Endpoint, ch.size)
 	for i := range eps {
-		eps[i] = testbed.ReadyEndpoint(testbed.EndpointIP(next))
+		eps[i] = ch.endpoint(next)
 		next++
 	}
 	slice, err := ch.c.DiscoveryV1().EndpointSlices(Namespace).Create(ctx,
-		testbed.EndpointSlice(Namespace, churnService, churnService+"-1", eps), metav1.CreateOptions{})
+		studySlice(svc, ch.service+"-"+suffix(0), ch.writer, eps), metav1.CreateOptions{})
 	if err != nil {
-		created <- fmt.Errorf("create churn EndpointSlice: %w", err)
+		created <- fmt.Errorf("create EndpointSlice of %s: %w", ch.service, err)
 		return
 	}
 	created <- nil
@@ -110,8 +126,11 @@ func (ch *churner) run(ctx context.Context, created chan<- error) {
 			return
 		case <-t.C:
 		}
+		if ch.paused.Load() {
+			continue
+		}
 		upd := slice.DeepCopy()
-		upd.Endpoints[k%ch.size] = testbed.ReadyEndpoint(testbed.EndpointIP(next))
+		upd.Endpoints[k%ch.size] = ch.endpoint(next)
 		got, err := ch.c.DiscoveryV1().EndpointSlices(Namespace).Update(ctx, upd, metav1.UpdateOptions{})
 		if err != nil {
 			if ctx.Err() != nil {

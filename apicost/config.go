@@ -24,6 +24,14 @@ type Config struct {
 	// (a rolling update that never ends). 0 turns churn off.
 	ChurnEndpoints int
 	ChurnInterval  time.Duration
+	// CompareAll adds, at each node count, a window with the backends'
+	// endpointslices all (the kubernetes plugin's full watch) before the
+	// default (spec).
+	CompareAll bool
+	// ChurnKinds adds, at the largest node count, a window with a headless
+	// Service's slice rolling and one with a selector-less Service's slice
+	// (written by another controller), each instead of the ClusterIP churn.
+	ChurnKinds bool
 	// Settle is the wait after processes start (and their caches synced)
 	// before a steady-state window opens.
 	Settle time.Duration
@@ -66,6 +74,8 @@ func DefaultConfig() Config {
 		EndpointsPerService: 5,
 		ChurnEndpoints:      50,
 		ChurnInterval:       200 * time.Millisecond,
+		CompareAll:          true,
+		ChurnKinds:          true,
 		Settle:              20 * time.Second,
 		Window:              60 * time.Second,
 		BurstWindow:         30 * time.Second,

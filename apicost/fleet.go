@@ -155,13 +155,15 @@ func (f *fleet) size() int {
 }
 
 // studyCorefile is the backend's Corefile in the study: the production
-// kubernetes stanza (backend/Corefile) with a kubeconfig, and /ready to know
+// nodedns_kubernetes stanza (backend/Corefile) with its endpointslices mode
+// and a kubeconfig, and /ready to know
 // when its informers synced. No forward, cache or second listener: they do
 // not talk to the API server.
 const studyCorefile = `.:%d {
     bind 127.0.0.1
     ready 127.0.0.1:%d
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
+    nodedns_kubernetes cluster.local in-addr.arpa ip6.arpa {
+        endpointslices %s
         kubeconfig %s
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
@@ -173,8 +175,8 @@ const studyCorefile = `.:%d {
 // backendFleet runs nodedns-backend processes with kubeconfig, each on its
 // own two loopback ports (DNS, ready). watchList sets client-go's
 // WatchListClient feature gate (streaming lists) for processes started after
-// the change.
-func backendFleet(dir, binary, kubeconfig string, watchList *bool) *fleet {
+// the change, and endpointSlices their endpointslices mode.
+func backendFleet(dir, binary, kubeconfig string, watchList *bool, endpointSlices *string) *fleet {
 	f := &fleet{kind: kindBackend, dir: dir}
 	hc := &http.Client{Timeout: time.Second}
 	f.start = func(i, gen int) (*agent, error) {
@@ -189,7 +191,7 @@ func backendFleet(dir, binary, kubeconfig string, watchList *bool) *fleet {
 			return nil, err
 		}
 		conf := filepath.Join(dir, name+".Corefile")
-		if err := os.WriteFile(conf, fmt.Appendf(nil, studyCorefile, dnsPort, readyPort, kubeconfig), 0o644); err != nil {
+		if err := os.WriteFile(conf, fmt.Appendf(nil, studyCorefile, dnsPort, readyPort, *endpointSlices, kubeconfig), 0o644); err != nil {
 			return nil, fmt.Errorf("write Corefile: %w", err)
 		}
 		env := []string{"KUBE_FEATURE_WatchListClient=" + strconv.FormatBool(*watchList)}

@@ -42,6 +42,9 @@ type Result struct {
 	ProxyWatch Usage
 
 	ChurnUpdates float64
+	// Churn is the kind of Service whose slice rolled: ChurnClusterIP
+	// unless a churn-kind window said otherwise.
+	Churn string
 	// SyncedAfter is how long the restarted agents took to sync (rollouts);
 	// 0 when not measured.
 	SyncedAfter time.Duration
@@ -82,8 +85,8 @@ func (s *study) snapshot(ctx context.Context) (snapshot, error) {
 		}
 		snap.fleets[f.kind] = m
 	}
-	if s.churn != nil {
-		snap.updates = s.churn.updates.Load()
+	for _, ch := range s.churns {
+		snap.updates += ch.updates.Load()
 	}
 	return snap, nil
 }

@@ -31,10 +31,20 @@ type Report struct {
 	// Steady holds the no-agent window, then per node count the kube-proxy
 	// watch set alone and with nodedns.
 	Steady []Result
-	Bursts []Result
+	// ChurnKinds holds the windows with the headless and the
+	// selector-less Service's slice rolling, at the largest node count.
+	ChurnKinds []Result
+	Bursts     []Result
 	// Fits of steady-state costs against node count, by metric then set.
 	Fits []FitRow
 }
+
+// Kinds of churning Service.
+const (
+	ChurnClusterIP    = "ClusterIP churn"
+	ChurnHeadless     = "headless churn"
+	ChurnSelectorless = "selector-less churn"
+)
 
 // FitRow is one fitted metric of one watch set.
 type FitRow struct {
@@ -74,13 +84,16 @@ func perUpdate(v func(Result) float64) func(Result) float64 {
 func (rep *Report) finish() {
 	rep.Fits = nil
 	for _, m := range steadyMetrics {
-		for _, set := range []string{SetProxy, SetBoth} {
+		for _, set := range []string{SetProxy, SetBothAll, SetBoth} {
 			var x, y []float64
 			for _, r := range rep.Steady {
 				if v := m.value(r); (r.Label == set || r.Label == SetNone) && !math.IsNaN(v) {
 					x = append(x, float64(r.Nodes))
 					y = append(y, v)
 				}
+			}
+			if len(x) < 2 {
+				continue // the set did not run
 			}
 			rep.Fits = append(rep.Fits, FitRow{Metric: m.name, Set: set, Unit: m.unit, Fit: fitLine(x, y)})
 		}
@@ -148,26 +161,29 @@ func writeAdded(w io.Writer, rep *Report) {
 		return
 	}
 	fmt.Fprintf(w, "\n### What nodedns adds (kube-proxy + nodedns minus kube-proxy alone; ratio = added / kube-proxy's own cost over no agents)\n\n")
-	fmt.Fprintf(w, "| nodes | Δ apiserver CPU cores | ratio | Δ apiserver RSS MiB | ratio | Δ open watches | ratio | Δ watch KiB per endpoint update | ratio |\n")
-	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "| nodes | nodedns endpointslices | Δ apiserver CPU cores | ratio | Δ apiserver RSS MiB | ratio | Δ open watches | ratio | Δ watch KiB per endpoint update | ratio | Δ watch events per endpoint update | ratio | apiserver CPU with nodedns / kube-proxy's alone |\n")
+	fmt.Fprintf(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range rep.Config.Nodes {
-		kp, ok1 := rep.steady(SetProxy, n)
-		both, ok2 := rep.steady(SetBoth, n)
-		if !ok1 || !ok2 {
-			continue
+		for _, set := range []struct{ label, mode string }{{SetBothAll, "all"}, {SetBoth, "spec"}} {
+			kp, ok1 := rep.steady(SetProxy, n)
+			both, ok2 := rep.steady(set.label, n)
+			if !ok1 || !ok2 {
+				continue
+			}
+			fmt.Fprintf(w, "| %d | %s |", n, set.mode)
+			for _, m := range []func(Result) float64{
+				func(r Result) float64 { return r.CPUCores() },
+				func(r Result) float64 { return r.APIRSS },
+				func(r Result) float64 { return r.Watches },
+				perUpdate(func(r Result) float64 { return r.WatchBytes / 1024 }),
+				perUpdate(func(r Result) float64 { return r.WatchEvents }),
+			} {
+				added := m(both) - m(kp)
+				own := m(kp) - m(base)
+				fmt.Fprintf(w, " %.3g | %s |", added, ratio(added, own))
+			}
+			fmt.Fprintf(w, " %s |\n", ratio(both.CPUCores()-base.CPUCores(), kp.CPUCores()-base.CPUCores()))
 		}
-		fmt.Fprintf(w, "| %d |", n)
-		for _, m := range []func(Result) float64{
-			func(r Result) float64 { return r.CPUCores() },
-			func(r Result) float64 { return r.APIRSS },
-			func(r Result) float64 { return r.Watches },
-			perUpdate(func(r Result) float64 { return r.WatchBytes / 1024 }),
-		} {
-			added := m(both) - m(kp)
-			own := m(kp) - m(base)
-			fmt.Fprintf(w, " %.3g | %s |", added, ratio(added, own))
-		}
-		fmt.Fprintln(w)
 	}
 }
 
@@ -176,6 +192,37 @@ func ratio(a, b float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f", a/b)
+}
+
+// writeChurnKinds writes the fan-out of one endpoint update by the kind of
+// Service whose slice rolls, at the largest node count: the ClusterIP rows
+// come from the steady-state windows.
+func writeChurnKinds(w io.Writer, rep *Report) {
+	maxN := rep.Config.Nodes[len(rep.Config.Nodes)-1]
+	base, ok := rep.steady(SetNone, 0)
+	if !ok {
+		return
+	}
+	rows := []Result{}
+	for _, set := range []string{SetProxy, SetBothAll, SetBoth} {
+		if r, ok := rep.steady(set, maxN); ok {
+			r.Churn = ChurnClusterIP
+			rows = append(rows, r)
+		}
+	}
+	rows = append(rows, rep.ChurnKinds...)
+	fmt.Fprintf(w, "\n### Fan-out of one endpoint update by kind of Service, %d nodes (per node: minus the no-agent window, / %d)\n\n", maxN, maxN)
+	fmt.Fprintf(w, "| window | endpoint updates/s | watch events per update | per node | watch KiB per update | per node |\n|---|---:|---:|---:|---:|---:|\n")
+	ev := perUpdate(func(r Result) float64 { return r.WatchEvents })
+	kib := perUpdate(func(r Result) float64 { return r.WatchBytes / 1024 })
+	for _, r := range rows {
+		label := r.Label
+		if r.Churn == ChurnClusterIP {
+			label = ChurnClusterIP + ", " + r.Label
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %s | %s | %s | %s |\n", label, r.ChurnUpdates/r.Seconds,
+			num(ev(r)), num((ev(r)-ev(base))/float64(maxN)), num(kib(r)), num((kib(r)-kib(base))/float64(maxN)))
+	}
 }
 
 // writeBursts writes the burst table.
@@ -264,6 +311,7 @@ func (rep *Report) writeSummary(w io.Writer) {
 	writeSteady(w, rep.Steady)
 	writeAdded(w, rep)
 	writeFits(w, rep)
+	writeChurnKinds(w, rep)
 	writeBursts(w, rep.Bursts)
 	writeRelist(w, rep)
 }

@@ -35,6 +35,7 @@ var envDefaults = []struct{ name, value string }{
 	{"NODEDNS_FALLBACK_BIND", "127.0.0.1"}, // its address; the chart sets the node IP
 	{"NODEDNS_CLUSTER_DOMAIN", "cluster.local"},
 	{"NODEDNS_UPSTREAM", "/etc/resolv.conf"}, // forward targets: a resolv.conf path or addresses
+	{"NODEDNS_ENDPOINTSLICES", "spec"},       // nodedns_kubernetes: spec (the DNS specification's slices) or all
 	// The HTTP listeners default to loopback, the narrowest address that
 	// works for a plain run; the chart sets the probe address and the node IP.
 	{"NODEDNS_HEALTH", "127.0.0.1:9155"},  // /health, with lameduck

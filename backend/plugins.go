@@ -20,6 +20,10 @@ import (
 	_ "github.com/coredns/coredns/plugin/reload"
 	_ "github.com/coredns/coredns/plugin/rewrite"
 	_ "github.com/coredns/coredns/plugin/template"
+
+	// nodedns_kubernetes: the kubernetes plugin with the EndpointSlice
+	// watches the DNS specification needs.
+	_ "github.com/nodedns/nodedns/backend/kubespec"
 )
 
 // directives is the plugin chain order: a query passes through the plugins a
@@ -27,21 +31,22 @@ import (
 // is CoreDNS's own order (plugin.cfg of v1.15.0) restricted to the plugins
 // above, so every plugin sees the others exactly as in a stock CoreDNS.
 var directives = []string{
-	"reload",      // re-reads the Corefile every 30s; a ConfigMap edit applies without a restart
-	"bufsize",     // caps the EDNS0 UDP size before anything answers
-	"bind",        // chooses listen addresses (setup only; not in the query path)
-	"ready",       // /ready on :8181 once the kubernetes plugin has synced (setup only)
-	"health",      // /health on :9155 with lameduck (setup only)
-	"prometheus",  // wraps everything below so each answer is counted (plugin/metrics)
-	"errors",      // logs errors returned by the plugins below
-	"log",         // query log, off in the default Corefile
-	"loadbalance", // shuffles A/AAAA answers on the way out
-	"rewrite",     // rewrites names before cache and kubernetes see them
-	"acl",         // refuses the fallback listener's queries from outside the cluster's networks
-	"cache",       // caches forwarded answers (cluster.local is answered from memory)
-	"template",    // synthesises answers for patterns (e.g. blocking a search-path suffix)
-	"hosts",       // static entries, before kubernetes
-	"kubernetes",  // cluster.local and the reverse zones from Services, EndpointSlices, Namespaces
-	"loop",        // detects forwarding loops at startup (setup-time probe)
-	"forward",     // everything else to the node's resolvers
+	"reload",             // re-reads the Corefile every 30s; a ConfigMap edit applies without a restart
+	"bufsize",            // caps the EDNS0 UDP size before anything answers
+	"bind",               // chooses listen addresses (setup only; not in the query path)
+	"ready",              // /ready on :8181 once the kubernetes plugin has synced (setup only)
+	"health",             // /health on :9155 with lameduck (setup only)
+	"prometheus",         // wraps everything below so each answer is counted (plugin/metrics)
+	"errors",             // logs errors returned by the plugins below
+	"log",                // query log, off in the default Corefile
+	"loadbalance",        // shuffles A/AAAA answers on the way out
+	"rewrite",            // rewrites names before cache and kubernetes see them
+	"acl",                // refuses the fallback listener's queries from outside the cluster's networks
+	"cache",              // caches forwarded answers (cluster.local is answered from memory)
+	"template",           // synthesises answers for patterns (e.g. blocking a search-path suffix)
+	"hosts",              // static entries, before kubernetes
+	"kubernetes",         // cluster.local and the reverse zones from Services, EndpointSlices, Namespaces
+	"nodedns_kubernetes", // the same plugin watching only the slices the DNS spec needs (backend/kubespec)
+	"loop",               // detects forwarding loops at startup (setup-time probe)
+	"forward",            // everything else to the node's resolvers
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // kubernetesBlock matches the kubernetes stanza of the default Corefile.
-var kubernetesBlock = regexp.MustCompile(`(?s)\n    kubernetes [^\n]*\{\n.*?\n    \}\n`)
+var kubernetesBlock = regexp.MustCompile(`(?s)\n    (nodedns_)?kubernetes [^\n]*\{\n.*?\n    \}\n`)
 
 // smokeCorefile is the default Corefile with the kubernetes stanza replaced
 // by hosts and template, which answer without an API server.
@@ -130,7 +130,7 @@ func TestPluginsFlag(t *testing.T) {
 		t.Errorf("-plugins printed %v, want %v", got, directives)
 	}
 	want := []string{"acl", "bind", "bufsize", "cache", "errors", "forward", "health", "hosts", "kubernetes",
-		"loadbalance", "log", "loop", "prometheus", "ready", "reload", "rewrite", "template"}
+		"loadbalance", "log", "loop", "nodedns_kubernetes", "prometheus", "ready", "reload", "rewrite", "template"}
 	sorted := slices.Sorted(slices.Values(directives))
 	if !slices.Equal(sorted, want) {
 		t.Errorf("curated set is %v, want %v", sorted, want)
@@ -168,7 +168,7 @@ func TestDefaultCorefile(t *testing.T) {
 		key  string
 		dirs []string
 	}{
-		{".:5300", []string{"bind", "errors", "health", "ready", "prometheus", "kubernetes", "forward", "cache", "loop", "reload", "loadbalance"}},
+		{".:5300", []string{"bind", "errors", "health", "ready", "prometheus", "nodedns_kubernetes", "forward", "cache", "loop", "reload", "loadbalance"}},
 		{".:5301", []string{"bind", "acl", "errors", "prometheus", "forward"}},
 	}
 	for i, w := range want {
@@ -199,7 +199,7 @@ func TestDefaultCorefile(t *testing.T) {
 		{"health", "health 127.0.0.1:9155 { lameduck 5s }"},
 		{"ready", "ready 127.0.0.1:8181"},
 		{"prometheus", "prometheus 127.0.0.1:9153"},
-		{"kubernetes", "kubernetes cluster.local in-addr.arpa ip6.arpa { pods insecure fallthrough in-addr.arpa ip6.arpa ttl 30 startup_timeout 60s }"},
+		{"nodedns_kubernetes", "nodedns_kubernetes cluster.local in-addr.arpa ip6.arpa { endpointslices spec pods insecure fallthrough in-addr.arpa ip6.arpa ttl 30 startup_timeout 60s }"},
 		{"forward", "forward . /etc/resolv.conf { max_concurrent 1000 prefer_udp }"},
 	} {
 		if got := text(0, c.dir); got != c.want {

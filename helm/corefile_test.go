@@ -35,6 +35,7 @@ var backendDefaults = map[string]string{
 	"NODEDNS_HEALTH":         "127.0.0.1:9155",
 	"NODEDNS_READY":          "127.0.0.1:8181",
 	"NODEDNS_METRICS":        "127.0.0.1:9153",
+	"NODEDNS_ENDPOINTSLICES": "spec",
 }
 
 var envRef = regexp.MustCompile(`\{\$([A-Za-z0-9_]+)\}`)

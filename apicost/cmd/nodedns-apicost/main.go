@@ -49,6 +49,8 @@ func runStudy(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.EndpointsPerService, "endpoints", cfg.EndpointsPerService, "endpoints per Service")
 	fs.IntVar(&cfg.ChurnEndpoints, "churn-endpoints", cfg.ChurnEndpoints, "endpoints of the rolling Deployment (0: no churn)")
 	fs.DurationVar(&cfg.ChurnInterval, "churn-interval", cfg.ChurnInterval, "one endpoint replaced every interval")
+	fs.BoolVar(&cfg.CompareAll, "compare-all", cfg.CompareAll, "also measure the backends with endpointslices all (the kubernetes plugin's full watch) at each node count")
+	fs.BoolVar(&cfg.ChurnKinds, "churn-kinds", cfg.ChurnKinds, "at the largest node count, also roll a headless and a selector-less Service's slice")
 	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "wait after processes synced, before a window")
 	fs.DurationVar(&cfg.Window, "window", cfg.Window, "steady-state window")
 	fs.DurationVar(&cfg.BurstWindow, "burst-window", cfg.BurstWindow, "window after a rollout or an API server restart")

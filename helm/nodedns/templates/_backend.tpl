@@ -39,6 +39,9 @@ env:
     value: "$(NODEDNS_NODE_IP)"
   - name: NODEDNS_CLUSTER_DOMAIN
     value: {{ .Values.clusterDomain | quote }}
+  # nodedns_kubernetes: which EndpointSlices to watch.
+  - name: NODEDNS_ENDPOINTSLICES
+    value: {{ include "nodedns.endpointSlices" . | quote }}
   # /health and /ready on this pod template's probe address: during a
   # surge the old pod's backend holds the same ports.
   - name: NODEDNS_HEALTH
@@ -111,4 +114,17 @@ volumeMounts:
   {{- with .Values.extraVolumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
+{{- end -}}
+
+
+{{/*
+backend.endpointSlices, refused at render time unless spec or all: the
+backend would refuse it at start-up, on every node at once.
+*/}}
+{{- define "nodedns.endpointSlices" -}}
+{{- $v := .Values.backend.endpointSlices | default "spec" | toString -}}
+{{- if not (has $v (list "spec" "all")) -}}
+{{- fail (printf "backend.endpointSlices must be \"spec\" or \"all\", not %q" $v) -}}
+{{- end -}}
+{{- $v -}}
 {{- end -}}

@@ -1,0 +1,112 @@
+// Package kubespec is the nodedns_kubernetes directive: CoreDNS's
+// kubernetes plugin, with the same stanza, whose EndpointSlice watch is
+// narrowed to the slices the Kubernetes DNS specification needs (Selectors)
+// unless the stanza says "endpointslices all".
+//
+// The plugin itself parses the stanza, answers and reports readiness; only
+// its source of objects (its APIConn) is replaced, by Controller.
+package kubespec
+
+import (
+	"fmt"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/caddy/caddyfile"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/kubernetes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	clientset "k8s.io/client-go/kubernetes"
+)
+
+// Name is the directive.
+const Name = "nodedns_kubernetes"
+
+// kubernetesDirective is the plugin whose setup does the work.
+const kubernetesDirective = "kubernetes"
+
+func init() { plugin.Register(Name, setup) }
+
+func setup(c *caddy.Controller) error {
+	var toks []caddyfile.Token
+	for c.Next() {
+		toks = append(toks, caddyfile.Token{File: c.File(), Line: c.Line(), Text: c.Val()})
+	}
+	o, rest, err := scan(toks)
+	if err != nil {
+		return plugin.Error(Name, err)
+	}
+	if err := o.validate(); err != nil {
+		return plugin.Error(Name, err)
+	}
+	kubeSetup, err := caddy.DirectiveAction("dns", kubernetesDirective)
+	if err != nil {
+		return plugin.Error(Name, fmt.Errorf("the kubernetes plugin is not linked in: %w", err))
+	}
+
+	// The kubernetes plugin's setup reads the same controller: its
+	// dispenser now holds the stanza without the endpointslices
+	// property. It adds its handler last to the server block's chain.
+	cfg := dnsserver.GetConfig(c)
+	n := len(cfg.Plugin)
+	c.Dispenser = caddyfile.NewDispenserTokens("", rest)
+	if err := kubeSetup(c); err != nil {
+		return err
+	}
+	if o.full() {
+		return nil
+	}
+	if len(cfg.Plugin) != n+1 {
+		return plugin.Error(Name, fmt.Errorf("the kubernetes plugin added %d handlers, want 1", len(cfg.Plugin)-n))
+	}
+	// The function returns the plugin's one *Kubernetes each time it is
+	// called; building the chain later sets its Next again.
+	k, ok := cfg.Plugin[n](nil).(*kubernetes.Kubernetes)
+	if !ok {
+		return plugin.Error(Name, fmt.Errorf("the kubernetes plugin's handler is %T", cfg.Plugin[n](nil)))
+	}
+	ctl, err := controllerFor(k, o)
+	if err != nil {
+		return plugin.Error(Name, err)
+	}
+	// The plugin's start-up and shutdown hooks, and its handler, read
+	// APIConn when they run: all of them after setup.
+	k.APIConn = ctl
+	return nil
+}
+
+// controllerFor builds the spec-watch Controller for the parsed plugin k.
+func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
+	rc, err := restConfig(k, o)
+	if err != nil {
+		return nil, err
+	}
+	client, err := clientset.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("API client: %w", err)
+	}
+	co := controllerOptions{pods: o.podsVerified, zonal: o.zonal}
+	if co.selector, err = selector(o.labels); err != nil {
+		return nil, fmt.Errorf("labels: %w", err)
+	}
+	if co.namespaceSelector, err = selector(o.namespaceLabels); err != nil {
+		return nil, fmt.Errorf("namespace_labels: %w", err)
+	}
+	return newController(client, co)
+}
+
+func selector(s string) (labels.Selector, error) {
+	if s == "" {
+		return nil, nil
+	}
+	ls, err := metav1.ParseToLabelSelector(s)
+	if err != nil {
+		return nil, fmt.Errorf("parse %q: %w", s, err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		return nil, fmt.Errorf("selector %q: %w", s, err)
+	}
+	return sel, nil
+}
