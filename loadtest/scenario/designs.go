@@ -380,7 +380,10 @@ func probeURL(p *corev1.Probe, host string) string {
 	return fmt.Sprintf("http://%s:%s%s", host, p.HTTPGet.Port.String(), p.HTTPGet.Path)
 }
 
-var kubernetesBlock = regexp.MustCompile(`(?m)^(\s*)kubernetes .*\{\s*$`)
+// kubernetesBlock matches the opening line of the backend's kubernetes
+// stanza: the plugin's own directive or nodedns_kubernetes, which takes the
+// same stanza (backend/kubespec).
+var kubernetesBlock = regexp.MustCompile(`(?m)^(\s*)(nodedns_)?kubernetes .*\{\s*$`)
 
 // containerArgv turns a rendered container into a command line here: the
 // binary from BinDir, ConfigMap volumes written under dir, the handover
