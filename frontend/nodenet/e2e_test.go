@@ -21,6 +21,7 @@ import (
 	"github.com/nodedns/nodedns/frontend/nodenet"
 	"github.com/nodedns/nodedns/shared/dnstest"
 	"github.com/nodedns/nodedns/shared/netnstest"
+	"github.com/nodedns/nodedns/shared/proctest"
 )
 
 // The end-to-end kernel tests run the real nodedns-frontend binary in a node
@@ -34,31 +35,10 @@ const (
 	remoteAns = "192.0.2.2" // the other node's answer
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
 // frontendBinary builds nodedns-frontend once per test run.
 func frontendBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodedns-e2e-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "nodedns-frontend")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/nodedns/nodedns/frontend").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v: %s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return proctest.Build(t, "github.com/nodedns/nodedns/frontend", "nodedns-frontend")
 }
 
 // fakeBackend answers every A query with ans, over UDP and TCP, and serves
@@ -515,8 +495,6 @@ func TestE2EHotUpgrade(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
+	proctest.RemoveBuilds()
 	os.Exit(code)
 }

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodedns/nodedns/shared/proctest"
 )
 
 // Mode is what each flooding connection sends.
@@ -211,29 +212,8 @@ func StartProcess(t testing.TB, addr string, n int, sources []string, mode Mode)
 	}
 }
 
-var (
-	buildOnce sync.Once
-	buildBin  string
-	buildErr  error
-)
-
 // floodBinary builds floodcmd once per test process.
 func floodBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "floodcmd")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildBin = filepath.Join(dir, "floodcmd")
-		out, err := exec.Command("go", "build", "-o", buildBin, "github.com/nodedns/nodedns/shared/httpserve/floodtest/floodcmd").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build floodcmd: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildBin
+	return proctest.Build(t, "github.com/nodedns/nodedns/shared/httpserve/floodtest/floodcmd", "floodcmd")
 }
