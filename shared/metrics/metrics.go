@@ -84,38 +84,68 @@ func Help(family, text string) {
 // ContentType is the media type of the exposition Handler writes.
 const ContentType = "text/plain; version=0.0.4; charset=utf-8"
 
-// Handler serves the sets, then the Go runtime and process series
-// (go_*, process_*), in the Prometheus text format.
+// Handler serves the sets, then the Go runtime (go_*, runtime.go) and
+// process (process_*, process.go) series, in the Prometheus text format,
+// each family with its HELP and TYPE once.
 func Handler(sets ...*vm.Set) httpserve.Handler {
 	return func(body *bytes.Buffer) (int, string) {
 		var buf bytes.Buffer
 		for _, s := range sets {
 			s.WritePrometheus(&buf)
 		}
-		vm.WriteProcessMetrics(&buf)
 		writeWithHelp(body, buf.Bytes())
+		writeGoMetrics(body)
+		writeProcessMetrics(body, procSelf)
 		return 200, ContentType
 	}
 }
 
 // writeWithHelp copies the exposition to w, completing the library's bare
-// "# HELP family" lines with the texts given to Help.
+// "# HELP family" lines with the texts given to Help, and keeping only the
+// first HELP and the first TYPE line of each family: writers that each
+// write one series of a family (sharded histograms with different labels,
+// made one after the other) each write its metadata, and the text format
+// allows it once.
 func writeWithHelp(w *bytes.Buffer, text []byte) {
 	helpMu.RLock()
 	defer helpMu.RUnlock()
+	seen := map[string]bool{} // "HELP family", "TYPE family"
 	for len(text) > 0 {
 		line := text
 		if i := bytes.IndexByte(text, '\n'); i >= 0 {
 			line = text[:i+1]
 		}
 		text = text[len(line):]
-		family, ok := bytes.CutPrefix(bytes.TrimSuffix(line, []byte("\n")), []byte("# HELP "))
-		if h := help[string(family)]; ok && h != "" {
+		kind, family, ok := metadata(line)
+		if !ok {
+			w.Write(line)
+			continue
+		}
+		key := kind + " " + family
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		if h := help[family]; kind == "HELP" && h != "" {
 			fmt.Fprintf(w, "# HELP %s %s\n", family, helpEscaper.Replace(h))
 			continue
 		}
 		w.Write(line)
 	}
+}
+
+// metadata returns the kind (HELP or TYPE) and family of a metadata line.
+func metadata(line []byte) (kind, family string, ok bool) {
+	rest, ok := bytes.CutPrefix(line, []byte("# "))
+	if !ok {
+		return "", "", false
+	}
+	k, rest, ok := bytes.Cut(rest, []byte(" "))
+	if !ok || string(k) != "HELP" && string(k) != "TYPE" {
+		return "", "", false
+	}
+	f, _, _ := bytes.Cut(bytes.TrimSuffix(rest, []byte("\n")), []byte(" "))
+	return string(k), string(f), true
 }
 
 var helpEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
