@@ -84,6 +84,12 @@ func DeployCoreDNS(ctx context.Context, c kubernetes.Interface, image string, re
 			return err
 		},
 		func() error {
+			// An existing kube-dns (a rollback: nodedns's, patched back)
+			// stays as it is; creating it again fails on its ClusterIP
+			// before its name.
+			if _, err := c.CoreV1().Services(ns).Get(ctx, "kube-dns", metav1.GetOptions{}); err == nil {
+				return nil
+			}
 			_, err := c.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: ns, Labels: map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
 				Spec: corev1.ServiceSpec{

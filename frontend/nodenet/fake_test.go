@@ -15,7 +15,8 @@ import (
 type fakeIPTables struct {
 	chains map[string][][]string // "table/chain" -> rules
 	writes int
-	failOn string // Insert fails when the spec contains this
+	ops    []string // "insert table/chain" or "delete table/chain", in call order
+	failOn string   // Insert fails when the spec contains this
 }
 
 func newFakeIPTables() *fakeIPTables { return &fakeIPTables{chains: map[string][][]string{}} }
@@ -42,6 +43,7 @@ func (f *fakeIPTables) Insert(table, chain string, pos int, spec ...string) erro
 		return fmt.Errorf("index of insertion too big: %d", pos)
 	}
 	f.writes++
+	f.ops = append(f.ops, "insert "+k)
 	f.chains[k] = slices.Insert(f.chains[k], pos-1, slices.Clone(spec))
 	return nil
 }
@@ -53,6 +55,7 @@ func (f *fakeIPTables) Delete(table, chain string, spec ...string) error {
 	}
 	f.writes++
 	k := table + "/" + chain
+	f.ops = append(f.ops, "delete "+k)
 	f.chains[k] = slices.Delete(f.chains[k], i, i+1)
 	return nil
 }

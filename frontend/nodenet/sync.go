@@ -10,12 +10,20 @@ import (
 	"go.uber.org/zap"
 )
 
-// managedChains are the only chains nodedns ever writes to.
+// managedChains are the only chains nodedns ever writes to, in the order a
+// sync installs their rules. raw PREROUTING, which takes pods' queries away
+// from kube-proxy's DNAT and to the frontend, comes last: were it first, the
+// answer to such an untracked query would leave (raw OUTPUT not yet
+// installed) with a conntrack entry of its own, which clashes with the
+// entry of an earlier, DNATed query from the same pod port; the kernel
+// then gives the answer another source port and the pod never sees it
+// (lookups lost in the real-node migration, docs/reliability.md). Removal
+// (want empty) runs in the reverse order for the same reason.
 var managedChains = []struct{ table, chain string }{
-	{"raw", "PREROUTING"},
 	{"raw", "OUTPUT"},
 	{"filter", "INPUT"},
 	{"filter", "OUTPUT"},
+	{"raw", "PREROUTING"},
 }
 
 // syncRules converges every managed chain of every family to want: the
@@ -38,7 +46,11 @@ func (m *Manager) reconcileRules(ctx context.Context, want []Rule, install bool)
 		if ipt == nil {
 			continue
 		}
-		for _, c := range managedChains {
+		chains := slices.Clone(managedChains)
+		if len(want) == 0 {
+			slices.Reverse(chains)
+		}
+		for _, c := range chains {
 			if err := ctx.Err(); err != nil {
 				return err
 			}

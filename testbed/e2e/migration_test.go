@@ -58,7 +58,7 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	if err := testbed.RealNodeBinaries(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	imgDir := t.TempDir()
 	start := time.Now()
@@ -104,6 +104,7 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 		startClient(ctx, t, tb, n.Name, results, checks)
 	}
 	steps := &stepLog{}
+	defer report(t, nodes, results, steps)
 	steps.begin("a. kubeadm's CoreDNS Deployment (2 replicas)", "kubectl -n kube-system get deploy coredns")
 	time.Sleep(15 * time.Second)
 
@@ -118,11 +119,13 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := frontend.Ref[strings.LastIndexByte(frontend.Ref, ':')+1:]
+	podAnnotations := map[string]any{}
 	values := func(createService bool) map[string]any {
 		return map[string]any{
-			"mode":     "iptables",
-			"service":  map[string]any{"clusterIP": testbed.DNSServiceIP, "create": createService},
-			"fallback": map[string]any{"clusterIP": "10.96.0.11", "allowedNetworks": []any{testbed.PodSubnet, testbed.NodeSubnet}},
+			"podAnnotations": podAnnotations,
+			"mode":           "iptables",
+			"service":        map[string]any{"clusterIP": testbed.DNSServiceIP, "create": createService},
+			"fallback":       map[string]any{"clusterIP": "10.96.0.11", "allowedNetworks": []any{testbed.PodSubnet, testbed.NodeSubnet}},
 			"image": map[string]any{
 				"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
 				"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},
@@ -178,16 +181,131 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	run("delete", "clusterrolebinding", "system:coredns")
 	run("delete", "clusterrole", "system:coredns")
 	time.Sleep(10 * time.Second)
+
+	// c. An upgrade that changes the pod template: a surge rollout.
+	steps.begin("c. helm upgrade changing the pod template (surge rollout)", "helm upgrade nodedns ./helm/nodedns -n kube-system -f nodedns-values.yaml --set service.create=true --set podAnnotations.rollout=2")
+	podAnnotations["nodedns.test/rollout"] = "2"
+	upgrade = action.NewUpgrade(cfg)
+	upgrade.Namespace = helm.DefaultNamespace
+	start = time.Now()
+	if _, err := upgrade.RunWithContext(ctx, helm.DefaultRelease, chrt, values(true)); err != nil {
+		t.Fatalf("helm upgrade: %v", err)
+	}
+	waitRolledOut(ctx, t, tb, "nodedns", len(nodes))
+	t.Logf("c: rolled out on both nodes in %s", time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(10 * time.Second)
+
+	// d. The frontend's process killed: SIGKILL twice in a row (kubelet's
+	// back-off on the second).
+	nodeA := nodes[0]
+	crash := func(n *testbed.RealNode) restart {
+		t.Helper()
+		pod := nodednsPod(ctx, t, tb, n.Name)
+		cs, _ := containerStatus(pod, "frontend")
+		at := time.Now()
+		if err := n.KillContainer(ctx, cs.ContainerID); err != nil {
+			t.Fatal(err)
+		}
+		return waitRestarted(ctx, t, tb, pod, "frontend", cs.RestartCount, at)
+	}
+	steps.begin("d1. frontend SIGKILLed (kubelet restarts it at once)", "kill -KILL <frontend pid> (node-a)")
+	r1 := crash(nodeA)
+	t.Logf("d1: node-a frontend after the first SIGKILL: %s", r1)
+	steps.begin("d2. frontend SIGKILLed again (kubelet's 10 s back-off)", "kill -KILL <frontend pid> (node-a), once it runs again")
+	steps.expectLoss("kubelet's CrashLoopBackOff (10 s) outlasts the clients' 5 s timeout: queries wait in the held sockets, and those older than 5 s when the frontend is back are lost")
+	r2 := crash(nodeA)
+	t.Logf("d2: node-a frontend after the second SIGKILL: %s", r2)
+	for _, r := range []restart{r1, r2} {
+		if r.reason != "137 Error" {
+			t.Errorf("d: last exit %q, want 137 Error", r.reason)
+		}
+	}
+	time.Sleep(10 * time.Second)
+
+	// e. The backend killed: misses go to the other node's backend.
+	steps.begin("e. backend SIGKILLed (misses through the fallback)", "kill -KILL <backend pid> (node-a)")
+	pod := nodednsPod(ctx, t, tb, nodeA.Name)
+	bs, _ := containerStatus(pod, "backend")
+	at := time.Now()
+	if err := nodeA.KillContainer(ctx, bs.ContainerID); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("e: node-a backend %s", waitRestarted(ctx, t, tb, pod, "backend", bs.RestartCount, at))
+	time.Sleep(10 * time.Second)
+
+	// f. The pod deleted: the DaemonSet controller makes a new one.
+	steps.begin("f. nodedns pod deleted (recreated by the DaemonSet controller)", "kubectl -n kube-system delete pod <nodedns pod on node-a>")
+	at = time.Now()
+	run("-n", "kube-system", "delete", "pod", pod.Name, "--wait=false")
+	if err := waitUntil(ctx, func() bool {
+		p := nodednsPod(ctx, t, tb, nodeA.Name)
+		return p.Name != pod.Name && podReady(p)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("f: new pod on node-a ready after %s", time.Since(at).Round(100*time.Millisecond))
+	time.Sleep(10 * time.Second)
+
+	// g. Back to the CoreDNS Deployment, as docs/migration.md's "Rolling
+	// back" says, then helm uninstall.
+	steps.begin("g1. CoreDNS Deployment restored, kube-dns patched back to it", "migration.md Rolling back 1-2")
+	if err := testbed.DeployCoreDNS(ctx, c, backend.Ref, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := testbed.WaitDeploymentReady(ctx, c, "kube-system", "coredns"); err != nil {
+		t.Fatal(err)
+	}
+	run("-n", "kube-system", "patch", "service", "kube-dns", "--type=json", "-p", `[
+  {"op":"replace","path":"/spec/selector","value":{"k8s-app":"kube-dns"}},
+  {"op":"replace","path":"/spec/ports","value":[
+    {"name":"dns","port":53,"protocol":"UDP","targetPort":53},
+    {"name":"dns-tcp","port":53,"protocol":"TCP","targetPort":53}]}]`)
+	run("-n", "kube-system", "annotate", "service", "kube-dns", "helm.sh/resource-policy=keep")
+	time.Sleep(10 * time.Second)
+	steps.begin("g2. helm uninstall nodedns", "helm uninstall nodedns -n kube-system")
+	if _, err := action.NewUninstall(cfg).Run(helm.DefaultRelease); err != nil {
+		t.Fatalf("helm uninstall: %v", err)
+	}
+	if err := waitUntil(ctx, func() bool {
+		pods, err := c.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: nodednsSelector})
+		return err == nil && len(pods.Items) == 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{}); err != nil {
+		t.Errorf("g: kube-dns after helm uninstall: %v", err)
+	}
+	for _, n := range nodes {
+		if left := nodeLeftovers(ctx, n); left != "" {
+			t.Errorf("g: %s after helm uninstall still has:\n%s", n.Name, left)
+		}
+	}
+	time.Sleep(10 * time.Second)
+	steps.end()
+}
+
+// report prints a row of the Real nodes table per step (and, for the
+// crash steps, what the pods saw second by second), and fails t for any
+// failed or lost lookup. It runs deferred, so that a step that stops the
+// test still reports the steps before it.
+func report(t *testing.T, nodes []*testbed.RealNode, results string, steps *stepLog) {
+	if len(steps.steps) == 0 {
+		return
+	}
 	steps.end()
 	time.Sleep(lookupTimeout + 2*time.Second) // the last second's lookups end and are written
-
 	secs := readResults(t, results)
 	var total stats
 	for _, s := range steps.steps {
 		st := summarize(secs, s.from, s.to)
 		total.add(st)
-		t.Logf("| %s | %d | %d | %d | %d | %s | `%s` |", s.name, st.lookups, st.failed, st.lost, st.slow, st.gap(), s.command)
-		if st.failed+st.lost > 0 {
+		t.Logf("| %s | %d | %d | %d | %d | %s | %.2f s | `%s` |", s.name, st.lookups, st.failed, st.lost, st.slow, st.gap(), float64(st.longestWait)/1000, s.command)
+		if strings.HasPrefix(s.name, "d") || strings.HasPrefix(s.name, "e") || strings.HasPrefix(s.name, "f") || st.failed+st.lost > 0 {
+			t.Logf("%s, second by second:\n%s", s.name, perSecond(secs, s.from, s.to))
+		}
+		if st.failed+st.lost > 0 && s.expectLoss != "" {
+			t.Logf("%s: %d failed and %d lost of %d lookups, expected: %s", s.name, st.failed, st.lost, st.lookups, s.expectLoss)
+		} else if st.failed+st.lost > 0 {
 			t.Errorf("%s: %d failed and %d lost of %d lookups; seconds with failures: %s", s.name, st.failed, st.lost, st.lookups, st.badSeconds())
 		}
 	}
