@@ -260,7 +260,6 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
   {"op":"replace","path":"/spec/ports","value":[
     {"name":"dns","port":53,"protocol":"UDP","targetPort":53},
     {"name":"dns-tcp","port":53,"protocol":"TCP","targetPort":53}]}]`)
-	run("-n", "kube-system", "annotate", "service", "kube-dns", "helm.sh/resource-policy=keep")
 	time.Sleep(10 * time.Second)
 	steps.begin("g2. helm uninstall nodedns", "helm uninstall nodedns -n kube-system")
 	if _, err := action.NewUninstall(cfg).Run(helm.DefaultRelease); err != nil {
