@@ -82,8 +82,11 @@ type config struct {
 	maxInflightPerSource int
 }
 
-// newFlagSet registers every flag on a new FlagSet that fills cfg. The
-// README's FLAGS section is checked against it (readme_test.go).
+// newFlagSet registers every flag on a new FlagSet that fills cfg. It is
+// the one definition of the frontend's settings: the README's FLAGS section
+// is checked against it (readme_test.go), and the chart against that
+// section (helm/frontend_flags_test.go: every flag is passed from a value
+// or named there with the reason the chart leaves it at its default).
 func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("nodedns-frontend", flag.ContinueOnError)
 	fs.SetOutput(out)

@@ -42,7 +42,7 @@ type Cache struct {
 
 type shard struct {
 	mu  sync.Mutex
-	m   map[uint64]*entry // by key hash; the key is compared on lookup
+	m   map[uint64]*Entry // by key hash; the key is compared on lookup
 	pos slru
 	neg slru
 	st  Stats // counters of this shard, guarded by mu
@@ -93,7 +93,7 @@ func New(cfg Config, now func() time.Time) (*Cache, error) {
 	}
 	for i := range c.shards {
 		s := &c.shards[i]
-		s.m = make(map[uint64]*entry)
+		s.m = make(map[uint64]*Entry)
 		s.pos.init(2 * ((cfg.Size + n - 1) / n))
 		s.neg.init(2 * ((cfg.NegativeSize + n - 1) / n))
 	}
@@ -146,7 +146,7 @@ func (c *Cache) shard(key []byte) (*shard, uint64) {
 }
 
 // lookup returns the entry for key, or nil. Called with s.mu held.
-func (s *shard) lookup(h uint64, key []byte) *entry {
+func (s *shard) lookup(h uint64, key []byte) *Entry {
 	e := s.m[h]
 	if e == nil || !bytes.Equal(e.key(), key) {
 		return nil
@@ -279,7 +279,7 @@ func age(now, stored int64) uint32 {
 
 // insert stores e, replacing the entry with the same key and keeping its
 // segment, and evicting for capacity.
-func (c *Cache) insert(e *entry) {
+func (c *Cache) insert(e *Entry) {
 	s := &c.shards[e.hash&c.mask]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -309,7 +309,7 @@ func (c *Cache) insert(e *entry) {
 }
 
 // drop removes e. Called with s.mu held.
-func (c *Cache) drop(s *shard, e *entry) {
+func (c *Cache) drop(s *shard, e *Entry) {
 	k := 0
 	if e.kind.negative() {
 		s.neg.remove(e)

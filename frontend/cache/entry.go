@@ -29,7 +29,7 @@ func (k Kind) negative() bool { return k == Denial || k == ServFail }
 // offsets and wider fields).
 type Entry struct {
 	// Guarded by the shard mutex.
-	prev, next  *entry
+	prev, next  *Entry
 	recheck     int64 // unix ns: until then an expired entry is served stale
 	hits        uint32
 	seg         uint8
@@ -48,9 +48,6 @@ type Entry struct {
 	expiry int64 // unix ns: stored + ttl
 	staleT int64 // unix ns: last instant it may be served stale
 }
-
-// entry is the name used inside the package.
-type entry = Entry
 
 func (e *Entry) key() []byte { return e.data[:e.keyLen] }
 func (e *Entry) msg() []byte { return e.data[e.keyLen : len(e.data)-2*int(e.nTTL)] }

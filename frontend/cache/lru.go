@@ -3,27 +3,27 @@ package cache
 // list is an intrusive circular doubly linked list of entries with a
 // sentinel; it allocates nothing per operation.
 type list struct {
-	root entry
+	root Entry
 	len  int
 }
 
 func (l *list) init() { l.root.prev, l.root.next = &l.root, &l.root }
 
-func (l *list) pushFront(e *entry) {
+func (l *list) pushFront(e *Entry) {
 	e.prev, e.next = &l.root, l.root.next
 	l.root.next.prev = e
 	l.root.next = e
 	l.len++
 }
 
-func (l *list) remove(e *entry) {
+func (l *list) remove(e *Entry) {
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
 	l.len--
 }
 
 // back returns the least recently used entry, or nil.
-func (l *list) back() *entry {
+func (l *list) back() *Entry {
 	if l.len == 0 {
 		return nil
 	}
@@ -59,7 +59,7 @@ func (s *slru) len() int { return s.prob.len + s.prot.len }
 
 // add inserts e on probation, or in seg when e replaces an entry that was
 // there.
-func (s *slru) add(e *entry, seg uint8) {
+func (s *slru) add(e *Entry, seg uint8) {
 	e.seg = seg
 	if seg == protected {
 		s.prot.pushFront(e)
@@ -71,7 +71,7 @@ func (s *slru) add(e *entry, seg uint8) {
 // victim returns the entry to evict: the least recently used one on
 // probation, else in the protected segment; never keep, and nil when keep
 // is the only entry.
-func (s *slru) victim(keep *entry) *entry {
+func (s *slru) victim(keep *Entry) *Entry {
 	for _, l := range []*list{&s.prob, &s.prot} {
 		if v := l.back(); v != nil && v != keep {
 			return v
@@ -83,7 +83,7 @@ func (s *slru) victim(keep *entry) *entry {
 	return nil
 }
 
-func (s *slru) remove(e *entry) {
+func (s *slru) remove(e *Entry) {
 	if e.seg == protected {
 		s.prot.remove(e)
 	} else {
@@ -92,7 +92,7 @@ func (s *slru) remove(e *entry) {
 }
 
 // hit records a use of e: promotion from probation, or a move to the front.
-func (s *slru) hit(e *entry) {
+func (s *slru) hit(e *Entry) {
 	if e.seg == protected {
 		if s.prot.root.next != e {
 			s.prot.remove(e)

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -25,8 +26,10 @@ const (
 )
 
 // parseProcNet parses the socket table the kernel prints in
-// /proc/net/{tcp,udp}[6]: addresses are hex in the kernel's byte order (each
-// 32-bit word little-endian on x86 and arm64).
+// /proc/net/{tcp,udp}[6]: the kernel prints each 32-bit word of an address
+// as a number in hex, and that number is the word's network-order bytes read
+// in the host's byte order (little-endian on x86 and arm64, big-endian on
+// s390x), so the bytes come back through binary.NativeEndian.
 func parseProcNet(data string) ([]socket, error) {
 	var out []socket
 	sc := bufio.NewScanner(strings.NewReader(data))
@@ -50,7 +53,7 @@ func parseProcNet(data string) ([]socket, error) {
 		}
 		ip := make(net.IP, len(raw))
 		for w := 0; w < len(raw); w += 4 {
-			ip[w], ip[w+1], ip[w+2], ip[w+3] = raw[w+3], raw[w+2], raw[w+1], raw[w]
+			binary.NativeEndian.PutUint32(ip[w:], binary.BigEndian.Uint32(raw[w:]))
 		}
 		p, err := strconv.ParseUint(port, 16, 16)
 		if err != nil {

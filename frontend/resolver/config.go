@@ -7,18 +7,9 @@ import (
 	"github.com/nodedns/nodedns/frontend/cache"
 )
 
-// Config configures a Resolver. Start from DefaultConfig.
-//
-// The frontend's flags map onto it as follows (see README.md):
-//
-//	--cache-size=10000        Cache.Size
-//	--negative-cache-size=2500 Cache.NegativeSize
-//	--min-ttl=0s              Cache.MinTTL
-//	--max-ttl=1h              Cache.MaxTTL
-//	--negative-max-ttl=30m    Cache.NegativeMaxTTL
-//	--servfail-ttl=5s         Cache.ServfailTTL
-//	--serve-stale=1h          Cache.ServeStale
-//	--prefetch=2              Cache.PrefetchHits
+// Config configures a Resolver. Start from DefaultConfig. The frontend's
+// flags that set it are defined in one place, frontend/config.go
+// (newFlagSet), and listed in frontend/README.md.
 type Config struct {
 	// Cache sizes the cache and sets its TTL policy; see cache.Config for
 	// each field's default.

@@ -29,12 +29,14 @@ func (r *Resolver) prefetch(k []byte) {
 		defer r.wg.Done()
 		ctx, cancel := context.WithTimeout(r.ctx, prefetchTimeout)
 		defer cancel()
-		resp, err := r.fetch(ctx, key)
+		// A miss of the same key at the same time shares the exchange.
+		f := r.join(ctx, key, true)
+		resp, err := r.await(ctx, f, 0, false)
 		if err == nil && resp.Rcode == dns.RcodeServerFailure {
 			err = errServfail
 		}
 		if err == nil {
-			_, err = r.cache.Set(key, resp)
+			_, err = f.entry(r.cache)
 		}
 		switch {
 		case err == nil:

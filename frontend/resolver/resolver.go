@@ -14,6 +14,7 @@ import (
 	"github.com/nodedns/nodedns/frontend/cache"
 	"github.com/nodedns/nodedns/frontend/dnswire"
 	"github.com/nodedns/nodedns/frontend/server"
+	"github.com/nodedns/nodedns/frontend/upstream"
 )
 
 // prefetchTimeout bounds a background refresh: longer than one upstream
@@ -23,28 +24,38 @@ import (
 const prefetchTimeout = 8 * time.Second
 
 // Exchanger sends a query to the backend. The upstream package implements
-// it; it coalesces identical queries, so the returned message may be shared
-// with other callers and must not be modified.
+// it; the returned message may be shared with other callers (the pool
+// coalesces identical queries too) and must not be modified.
 type Exchanger interface {
 	Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error)
 }
 
-// errMismatch: the backend's answer is not for the question asked.
+// errMismatch marks a backend answer that is not for the question asked.
 var errMismatch = errors.New("answer does not match the question")
+
+// Coalescer is implemented by an Exchanger that counts the queries that
+// shared an exchange (upstream.Pool: nodedns_upstream_coalesced_total). The
+// resolver shares one exchange among the misses of a cache key before they
+// reach the Exchanger, and reports each one that joined another's.
+type Coalescer interface {
+	CountCoalesced()
+}
 
 // Resolver implements server.Handler.
 type Resolver struct {
-	cfg   Config
-	cache *cache.Cache // always non-nil
-	ex    Exchanger    // always non-nil
-	log   *zap.Logger
-	m     *metrics
+	cfg    Config
+	cache  *cache.Cache // always non-nil
+	ex     Exchanger    // always non-nil
+	shared func()       // called for each miss that joins a running flight; always non-nil
+	log    *zap.Logger
+	m      *metrics
 
-	ctx    context.Context // cancelled by Close; bounds prefetches
-	cancel context.CancelFunc
-	mu     sync.Mutex // guards closed and wg.Add
-	closed bool
-	wg     sync.WaitGroup // running prefetches
+	ctx     context.Context // cancelled by Close; bounds flights and prefetches
+	cancel  context.CancelFunc
+	mu      sync.Mutex         // guards closed, flights and wg.Add
+	closed  bool               // guarded by mu
+	flights map[string]*flight // exchanges running, by cache key; guarded by mu
+	wg      sync.WaitGroup     // running flights and prefetches
 }
 
 var _ server.Handler = (*Resolver)(nil)
@@ -66,19 +77,23 @@ func New(cfg Config, ex Exchanger, set *vm.Set, log *zap.Logger, now func() time
 	if log == nil {
 		log = zap.NewNop()
 	}
+	shared := func() {}
+	if co, ok := ex.(Coalescer); ok {
+		shared = co.CountCoalesced
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Resolver{
-		cfg: cfg, cache: c, ex: ex, log: log.Named("resolver"),
+		cfg: cfg, cache: c, ex: ex, shared: shared, log: log.Named("resolver"),
 		m:   newMetrics(set, cfg.Server, c),
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, flights: make(map[string]*flight),
 	}, nil
 }
 
 // Cache returns the resolver's cache, for stats and tests.
 func (r *Resolver) Cache() *cache.Cache { return r.cache }
 
-// Close stops prefetching, waits for running prefetches and stops the
-// cache's clock.
+// Close stops prefetching, waits for running prefetches and exchanges and
+// stops the cache's clock.
 func (r *Resolver) Close() {
 	r.mu.Lock()
 	r.closed = true
@@ -120,9 +135,11 @@ func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool)
 }
 
 // ServeSlow implements server.Handler: a miss goes to the backend, and the
-// answer is stored and written like a hit. When the backend fails or
-// answers SERVFAIL, or has not answered within the client response timer,
-// an expired entry is served stale (RFC 8767 §5).
+// answer is stored and written like a hit. The misses of one cache key at
+// the same time share one exchange and the one entry built from its answer
+// (flight). When the backend fails or answers SERVFAIL, or has not
+// answered within the client response timer, an expired entry is served
+// stale (RFC 8767 §5).
 func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.Proto) []byte {
 	start := time.Now()
 	var q dnswire.Query
@@ -133,12 +150,14 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 	key := q.Key()
 	var resp *dns.Msg
 	var err error
-	if _, stale, ok := r.cache.GetStale(dst[:0], &q, limit); ok && stale {
+	_, stale, ok := r.cache.GetStale(dst[:0], &q, limit)
+	f := r.join(ctx, key, ok && stale)
+	if ok && stale {
 		// An expired answer is there to serve: wait for the backend only
 		// as long as the client response timer (RFC 8767 §5).
-		resp, err = r.fetchWithin(ctx, key, clientResponseTimer)
+		resp, err = r.await(ctx, f, clientResponseTimer, true)
 	} else {
-		resp, err = r.fetch(ctx, key)
+		resp, err = r.await(ctx, f, 0, false)
 	}
 	if err == nil && resp.Rcode == dns.RcodeServerFailure {
 		err = errServfail
@@ -158,7 +177,8 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 			return r.servfail(dst, req, &q, start)
 		}
 	}
-	e, err := r.cache.Set(key, resp)
+	// The entry every miss of this key shares: built once (flight.entry).
+	e, err := f.entry(r.cache)
 	if err != nil {
 		r.log.Debug("backend answer not usable", zap.Error(err))
 		return r.servfail(dst, req, &q, start)
@@ -214,15 +234,14 @@ func (r *Resolver) malformed(dst, req []byte, q *dnswire.Query, err error, start
 
 // fetch asks the backend the question in key (from dnswire.Query.Key) with
 // RD set and the client's DO and CD bits, and checks that the answer is for
-// that question.
+// that question (errMismatch). Its callers count the failures (await).
 func (r *Resolver) fetch(ctx context.Context, key []byte) (*dns.Msg, error) {
 	name, _, err := dns.UnpackDomainName(dnswire.KeyName(key), 0)
 	if err != nil {
 		return nil, fmt.Errorf("question name: %w", err)
 	}
 	qtype, qclass, flags := dnswire.KeyQuestion(key)
-	m := new(dns.Msg)
-	m.Id = dns.Id()
+	m := new(dns.Msg) // ID 0: the pool gives each attempt an ID of its own
 	m.RecursionDesired = true
 	m.CheckingDisabled = flags&dnswire.KeyCD != 0
 	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: qclass}}
@@ -230,50 +249,10 @@ func (r *Resolver) fetch(ctx context.Context, key []byte) (*dns.Msg, error) {
 
 	resp, err := r.ex.Exchange(ctx, m)
 	if err != nil {
-		r.m.upErrors.Inc()
 		return nil, fmt.Errorf("exchange %s %s: %w", name, dns.TypeToString[qtype], err)
 	}
-	if !matches(resp, &m.Question[0]) {
-		r.m.mismatch.Inc()
-		return nil, fmt.Errorf("exchange %s %s: %w", name, dns.TypeToString[qtype], errMismatch)
+	if err := upstream.MatchQuestion(resp, m.Question[0]); err != nil {
+		return nil, fmt.Errorf("exchange %s %s: %w: %w", name, dns.TypeToString[qtype], errMismatch, err)
 	}
 	return resp, nil
-}
-
-// matches reports whether resp answers q: a response to a QUERY with the
-// same name (ignoring ASCII case, RFC 4343), type and class. An error
-// answer other than NXDOMAIN may omit the question (RFC 1035 §4.1.1 leaves
-// it to the server); it carries no records to cache.
-func matches(resp *dns.Msg, q *dns.Question) bool {
-	if resp == nil || !resp.Response || resp.Opcode != dns.OpcodeQuery {
-		return false
-	}
-	if len(resp.Question) == 0 {
-		return resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError &&
-			len(resp.Answer)+len(resp.Ns) == 0
-	}
-	if len(resp.Question) != 1 {
-		return false
-	}
-	rq := resp.Question[0]
-	return rq.Qtype == q.Qtype && rq.Qclass == q.Qclass && equalFoldASCII(rq.Name, q.Name)
-}
-
-func equalFoldASCII(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }

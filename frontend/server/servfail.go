@@ -1,7 +1,10 @@
 package server
 
-// headerLen is the size of the DNS message header (RFC 1035 section 4.1.1).
-const headerLen = 12
+import "github.com/nodedns/nodedns/frontend/dnswire"
+
+// headerLen is the size of the DNS message header (RFC 1035 section 4.1.1),
+// the short name the package's readers use.
+const headerLen = dnswire.HeaderLen
 
 // servfail appends to dst[:0] a SERVFAIL answer to req built from its header
 // and first question only, without trusting any handler code: it is the
@@ -28,10 +31,6 @@ func servfail(dst, req []byte) []byte {
 	return append(dst, req[headerLen:headerLen+qlen]...)
 }
 
-// maxNameLen is the longest a name may be on the wire, root label included
-// (RFC 1035 3.1).
-const maxNameLen = 255
-
 // questionLen returns the length of the first question of req (name, type,
 // class), or 0 when req has no question or it does not parse (a name longer
 // than 255 octets does not). Query names
@@ -55,7 +54,7 @@ func questionLen(req []byte) int {
 			return 0
 		}
 		i += 1 + l
-		if i-headerLen >= maxNameLen {
+		if i-headerLen >= dnswire.MaxNameLen {
 			return 0 // longer than a name can be, with its root label
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -250,23 +249,5 @@ func check(r *dns.Msg, id uint16, q dns.Question) error {
 	if r.Id != id {
 		return fmt.Errorf("%w: ID %d, want %d", ErrMismatch, r.Id, id)
 	}
-	if !r.Response {
-		return fmt.Errorf("%w: QR bit not set", ErrMismatch)
-	}
-	if len(r.Question) == 0 && r.Rcode != dns.RcodeSuccess && r.Rcode != dns.RcodeNameError &&
-		len(r.Answer)+len(r.Ns) == 0 {
-		// An error answer may omit the question (RFC 1035 section 4.1.1
-		// leaves it to the server; RFC 6891 section 7 for FORMERR). It
-		// carries nothing to cache, so the ID match is enough.
-		return nil
-	}
-	if len(r.Question) != 1 {
-		return fmt.Errorf("%w: %d questions", ErrMismatch, len(r.Question))
-	}
-	rq := r.Question[0]
-	if rq.Qtype != q.Qtype || rq.Qclass != q.Qclass || !strings.EqualFold(rq.Name, q.Name) {
-		return fmt.Errorf("%w: question %s %s %s, want %s %s %s", ErrMismatch,
-			rq.Name, dns.Class(rq.Qclass), dns.Type(rq.Qtype), q.Name, dns.Class(q.Qclass), dns.Type(q.Qtype))
-	}
-	return nil
+	return MatchQuestion(r, q)
 }

@@ -24,13 +24,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// Exchanger is what the resolver needs from a Pool.
-type Exchanger interface {
-	Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error)
-}
-
-var _ Exchanger = (*Pool)(nil)
-
 // Pool exchanges queries with the backend and the fallbacks.
 type Pool struct {
 	cfg   Config
@@ -47,11 +40,10 @@ type Pool struct {
 	stop   chan struct{} // closed by Close; ends the janitor and the probers
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	flights  map[flightKey]*flight // exchanges in progress by key; guarded by mu
-	inflight int                   // len(flights), kept for clarity; guarded by mu
-	closed   bool                  // guarded by mu
-	using    *address              // answered the last exchange, nil before one; guarded by mu
+	mu      sync.Mutex
+	flights map[flightKey]*flight // exchanges in progress by key, at most MaxInflight; guarded by mu
+	closed  bool                  // guarded by mu
+	using   *address              // answered the last exchange, nil before one; guarded by mu
 }
 
 // flight is one upstream exchange that any number of callers wait for.
@@ -141,12 +133,11 @@ func (p *Pool) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 			p.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if p.inflight >= p.cfg.MaxInflight {
+		if len(p.flights) >= p.cfg.MaxInflight {
 			p.mu.Unlock()
 			p.first().km.overloaded.Inc()
 			return nil, ErrOverloaded
 		}
-		p.inflight++
 		f = &flight{done: make(chan struct{})}
 		p.flights[key] = f
 		p.wg.Add(1)
@@ -170,6 +161,12 @@ func (p *Pool) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 		return nil, ctx.Err()
 	}
 }
+
+// CountCoalesced counts in nodedns_upstream_coalesced_total a query that
+// shared an exchange before it reached the pool: the resolver coalesces the
+// misses of one cache key itself, so that their answer is also stored once
+// (resolver.Coalescer).
+func (p *Pool) CountCoalesced() { p.m.coalesced.Inc() }
 
 // pack returns m in wire format behind a 2-byte length prefix.
 func pack(m *dns.Msg) ([]byte, error) {
@@ -199,7 +196,6 @@ func (p *Pool) finish(key flightKey, f *flight, r *dns.Msg, err error) {
 	f.msg, f.err = r, err
 	p.mu.Lock()
 	delete(p.flights, key)
-	p.inflight--
 	p.mu.Unlock()
 	close(f.done)
 	p.wg.Done()
