@@ -205,7 +205,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		log.Error("node network setup", zap.Error(err))
 		abort()
 		_ = srv.Shutdown(context.Background())
-		return errors.Join(err, nw.Teardown(context.Background()), closeHTTP(httpSrv))
+		return errors.Join(err, nw.Teardown(context.Background(), func() {}), closeHTTP(httpSrv))
 	}
 	if succ != nil {
 		if err := succ.Ready(); err != nil {
@@ -253,14 +253,16 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	releaseHolder(log, sup)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
-	// Order: stop reading and drain while the rules still point here, then
-	// remove the rules (queries from then on fail over to whatever pods'
-	// resolvers do), then stop serving metrics.
-	serr := srv.Shutdown(sctx)
-	if serr != nil {
-		log.Warn("drain incomplete", zap.Error(serr))
-	}
-	terr := nw.Teardown(context.WithoutCancel(sctx))
+	// Order: as the last instance on the node, send pods' queries back to
+	// kube-proxy's path while still reading; then stop reading and drain,
+	// the answers still leaving untracked; then remove the other rules and
+	// the interface; then stop serving metrics (network.Teardown).
+	var serr error
+	terr := nw.Teardown(context.WithoutCancel(sctx), func() {
+		if serr = srv.Shutdown(sctx); serr != nil {
+			log.Warn("drain incomplete", zap.Error(serr))
+		}
+	})
 	herr := closeHTTP(httpSrv)
 	log.Info("stopped")
 	return errors.Join(terr, herr)

@@ -26,9 +26,13 @@ type network interface {
 	Setup(ctx context.Context) error
 	// Status reports whether the takeover is done, with a detail for /ready.
 	Status() (ok bool, detail string)
-	// Teardown stops reconciling and, unless another instance runs on the
-	// node, removes the rules, then the interface.
-	Teardown(ctx context.Context) error
+	// Teardown stops reconciling, calls drain (which stops reading and
+	// answers what was read) and, unless another instance runs on the node,
+	// removes the rules, then the interface. As the last instance it first
+	// removes the rules that divert pods' queries here, so that none
+	// arrives once reading stops: queries sent meanwhile either reached the
+	// sockets and are answered, or take kube-proxy's path.
+	Teardown(ctx context.Context, drain func()) error
 	// Leave stops reconciling and leaves the interface and rules to the
 	// instance that took the sockets over.
 	Leave()
@@ -220,7 +224,7 @@ func (t *takeover) Leave() {
 	t.log.Info("left the node's DNS interface and rules to the newer instance")
 }
 
-func (t *takeover) Teardown(ctx context.Context) error {
+func (t *takeover) Teardown(ctx context.Context, drain func()) error {
 	t.stop()
 	t.mu.Lock()
 	p := t.presence
@@ -231,10 +235,17 @@ func (t *takeover) Teardown(ctx context.Context) error {
 		defer release()
 		if !last {
 			t.log.Info("another instance serves this node; leaving the interface and rules to it")
+			drain()
 			return nil
 		}
 	}
+	t.log.Info("sending pods' queries back to kube-proxy's path, then draining")
+	rerr := t.m.Release(ctx)
+	drain()
 	t.log.Info("removing the node's DNS rules, then the interface")
+	if rerr != nil {
+		t.log.Warn("releasing pods' queries", zap.Error(rerr))
+	}
 	if err := t.m.Teardown(ctx); err != nil {
 		return errors.Join(errors.New("node network teardown"), err)
 	}
@@ -244,9 +255,12 @@ func (t *takeover) Teardown(ctx context.Context) error {
 // noNetwork is the network of --setup-network=false: it touches nothing.
 type noNetwork struct{}
 
-func (noNetwork) Setup(context.Context) error    { return nil }
-func (noNetwork) Teardown(context.Context) error { return nil }
-func (noNetwork) Leave()                         {}
+func (noNetwork) Setup(context.Context) error { return nil }
+func (noNetwork) Teardown(_ context.Context, drain func()) error {
+	drain()
+	return nil
+}
+func (noNetwork) Leave() {}
 func (noNetwork) Status() (bool, string) {
 	return true, "node network not managed (--setup-network=false)"
 }

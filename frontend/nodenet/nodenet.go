@@ -194,6 +194,27 @@ func (m *Manager) Run(ctx context.Context) {
 	}
 }
 
+// Release removes the rules that divert pods' queries to the frontend (raw
+// PREROUTING NOTRACK) and keeps the rest, so that an instance that stops
+// with no successor can go on answering what already reached its sockets
+// while new queries take the path they take without nodedns (kube-proxy's
+// DNAT of the ClusterIP); the answers still leave untracked (raw OUTPUT).
+// Teardown then removes everything.
+func (m *Manager) Release(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var keep []Rule
+	for _, r := range Rules(m.cfg) {
+		if r.Table != "raw" || r.Chain != "PREROUTING" {
+			keep = append(keep, r)
+		}
+	}
+	if err := m.reconcileRules(ctx, keep, false); err != nil {
+		return m.fail(opTeardown, err)
+	}
+	return nil
+}
+
 // Teardown removes every nodedns rule (those of this configuration and any
 // left over), then the interface: rules first, so that no packet is ever
 // steered to addresses that are gone. All errors are joined.
