@@ -1,9 +1,3 @@
-//go:build e2e
-
-// This file builds only with -tags e2e (make e2e): the migration's goal,
-// no lost lookup, is not met yet (docs/reliability.md, Real nodes), and the
-// suite runs it once it is.
-
 package e2e
 
 import (
