@@ -292,7 +292,7 @@ func TestCheckHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hung.Close() })
-	refused := "http://" + freeAddr(t) + "/ready"
+	refused := "http://" + refusedAddr(t) + "/ready"
 
 	for _, tc := range []struct {
 		name   string

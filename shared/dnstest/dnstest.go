@@ -4,6 +4,7 @@ package dnstest
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -61,7 +62,10 @@ func (s *Server) Close() {
 // on a transport error.
 func Exchange(t testing.TB, network, addr string, q *dns.Msg) *dns.Msg {
 	t.Helper()
-	c := &dns.Client{Net: network}
+	// 5s rather than the client's 2s default: on a loaded machine (the
+	// suite runs packages in parallel, real nodes among them) a backend
+	// may take longer than 2s, which no test here asserts against.
+	c := &dns.Client{Net: network, Timeout: 5 * time.Second}
 	r, _, err := c.Exchange(q, addr)
 	if err != nil {
 		t.Fatalf("exchange %s %s: %v", network, addr, err)
