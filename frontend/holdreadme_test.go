@@ -1,39 +1,15 @@
 package main
 
 import (
-	"flag"
 	"io"
-	"regexp"
-	"strings"
 	"testing"
 )
 
 // TestREADMEListsHoldFlags checks the HOLDER section against the flags of
 // `hold`, as TestREADMEListsEveryFlag does FLAGS against the frontend's.
 func TestREADMEListsHoldFlags(t *testing.T) {
-	sec := readmeSection(t, "HOLDER")
-	entry := regexp.MustCompile("(?m)^- `--?([a-z-]+)(?:=[^`]*)?` \\(default (none|`[^`]*`)\\)")
-	listed := map[string]string{}
-	for _, m := range entry.FindAllStringSubmatch(sec, -1) {
-		listed[m[1]] = strings.Trim(m[2], "`")
-	}
 	var cfg holdConfig
-	newHoldFlagSet(&cfg, io.Discard).VisitAll(func(f *flag.Flag) {
-		want := f.DefValue
-		if want == "" {
-			want = "none"
-		}
-		switch got, ok := listed[f.Name]; {
-		case !ok:
-			t.Errorf("README.md HOLDER lacks --%s (default %s)", f.Name, want)
-		case got != want:
-			t.Errorf("README.md HOLDER: --%s default %q, the flag's is %q", f.Name, got, want)
-		}
-		delete(listed, f.Name)
-	})
-	for name := range listed {
-		t.Errorf("README.md HOLDER lists --%s, which is not a flag of hold", name)
-	}
+	checkFlagsListed(t, "HOLDER", newHoldFlagSet(&cfg, io.Discard))
 }
 
 func TestHoldFlags(t *testing.T) {

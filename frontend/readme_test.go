@@ -32,14 +32,20 @@ func readmeSection(t *testing.T, name string) string {
 // TestREADMEListsEveryFlag checks that each registered flag is listed in
 // the FLAGS section with its current default, and nothing else is.
 func TestREADMEListsEveryFlag(t *testing.T) {
-	sec := readmeSection(t, "FLAGS")
+	var cfg config
+	checkFlagsListed(t, "FLAGS", newFlagSet(&cfg, io.Discard))
+}
+
+// checkFlagsListed checks that the README section lists every flag of fs,
+// each with its default, and no other.
+func checkFlagsListed(t *testing.T, section string, fs *flag.FlagSet) {
+	t.Helper()
+	sec := readmeSection(t, section)
 	entry := regexp.MustCompile("(?m)^- `--?([a-z-]+)(?:=[^`]*)?` \\(default (none|`[^`]*`)\\)")
 	listed := map[string]string{}
 	for _, m := range entry.FindAllStringSubmatch(sec, -1) {
 		listed[m[1]] = strings.Trim(m[2], "`")
 	}
-	var cfg config
-	fs := newFlagSet(&cfg, io.Discard)
 	fs.VisitAll(func(f *flag.Flag) {
 		want := f.DefValue
 		if want == "" {
@@ -48,14 +54,14 @@ func TestREADMEListsEveryFlag(t *testing.T) {
 		got, ok := listed[f.Name]
 		switch {
 		case !ok:
-			t.Errorf("README.md FLAGS lacks --%s (default %s)", f.Name, want)
+			t.Errorf("README.md %s lacks --%s (default %s)", section, f.Name, want)
 		case got != want:
-			t.Errorf("README.md FLAGS: --%s default %q, the flag's is %q", f.Name, got, want)
+			t.Errorf("README.md %s: --%s default %q, the flag's is %q", section, f.Name, got, want)
 		}
 		delete(listed, f.Name)
 	})
 	for name := range listed {
-		t.Errorf("README.md FLAGS lists --%s, which is not a flag", name)
+		t.Errorf("README.md %s lists --%s, which is not a flag", section, name)
 	}
 }
 
