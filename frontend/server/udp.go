@@ -41,8 +41,8 @@ type udpSocket struct {
 	// Results of the last syscall, set inside the RawConn callbacks that
 	// are built once (method values) so that calling them allocates nothing.
 	readFn, writeFn func(fd uintptr) bool
-	nread           int
 	rerr            syscall.Errno
+	reads           int // recvmmsg calls, for tests
 	wfrom, wsent    int
 	werr            syscall.Errno
 }
@@ -85,13 +85,26 @@ func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
 		u.whdr[i].Hdr.Iov = &u.wiov[i]
 		u.whdr[i].Hdr.SetIovlen(1)
 	}
-	u.readFn = u.recvmmsg
+	u.readFn = u.read
 	u.writeFn = u.sendmmsg
 	return u, nil
 }
 
-// recvmmsg reads up to a batch without blocking; false asks the runtime
-// poller to wait until the socket is readable.
+// read is the reader's RawConn callback: it reads batches with recvmmsg
+// and answers each (handleBatch) until the socket's queue is empty, then
+// returns false so that the runtime poller waits for the next datagram.
+// It returns true only with an error (rerr) or once the server stops.
+//
+// A batch shorter than the read slots means the queue was empty when the
+// kernel filled it, so the reader waits at once instead of making the
+// recvmmsg that would return EAGAIN: at ordinary rates, about one datagram
+// a wake-up, that call was a third of the reader's system calls. This is
+// safe only inside one RawConn.Read: the poller's epoll is edge-triggered,
+// and a datagram queued after the short read marks the descriptor ready,
+// which the wait then sees; a new Read starts by clearing that mark
+// (internal/poll's prepareRead), so a reader that returned after a short
+// batch and skipped the read of its next call would leave such a datagram
+// queued until another one came.
 //
 // MSG_DONTWAIT calls never block, so they bypass the runtime's syscall
 // bookkeeping (RawSyscall6): with Syscall6, every call marks the P as in a
@@ -100,10 +113,23 @@ func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
 // server's CPU at saturation with GOMAXPROCS=1. The longest call (a full
 // batch) takes tens of microseconds, which bounds the delay it adds to a
 // stop-the-world pause.
-func (u *udpSocket) recvmmsg(fd uintptr) bool {
-	n, err, ok := mmsg(unix.SYS_RECVMMSG, fd, u.rhdr)
-	u.nread, u.rerr = n, err
-	return ok
+func (u *udpSocket) read(fd uintptr) bool {
+	for !u.s.stopping.Load() {
+		u.reads++
+		n, err, ok := mmsg(unix.SYS_RECVMMSG, fd, u.rhdr)
+		if !ok {
+			return false
+		}
+		if err != 0 {
+			u.rerr = err
+			return true
+		}
+		u.handleBatch(n)
+		if n < len(u.rhdr) {
+			return false
+		}
+	}
+	return true
 }
 
 // sendmmsg sends whdr[wfrom:pending]; false waits until writable.
@@ -138,10 +164,12 @@ func (u *udpSocket) serve() {
 	s := u.s
 	defer s.readers.Done()
 	for {
-		if err := u.rc.Read(u.readFn); err != nil {
-			if s.stopping.Load() || errors.Is(err, net.ErrClosed) {
-				return
-			}
+		u.rerr = 0
+		err := u.rc.Read(u.readFn)
+		if s.stopping.Load() || errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
 			s.m.udpReadErr.Inc()
 			s.log.Debug("udp read", zap.String("addr", u.local), zap.Error(err))
 			continue
@@ -151,9 +179,7 @@ func (u *udpSocket) serve() {
 			if ce := s.log.Check(zap.DebugLevel, "udp read"); ce != nil {
 				ce.Write(zap.String("addr", u.local), zap.Error(u.rerr))
 			}
-			continue
 		}
-		u.handleBatch(u.nread)
 	}
 }
 
