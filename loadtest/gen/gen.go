@@ -33,6 +33,7 @@ type recorder struct {
 	mu      sync.Mutex
 	res     Result
 	seconds []*secondStats
+	slowest slowList
 
 	inflight atomic.Int64
 }
@@ -64,10 +65,17 @@ func (r *recorder) skipped(due time.Time) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) done(due, end time.Time, o Outcome, st stats, err error) {
+func (r *recorder) done(due, began, end time.Time, o Outcome, st stats, err error) {
 	lat := end.Sub(due)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if o != Timeout && r.slowest.admits(lat) {
+		r.slowest.add(Slow{
+			Due: due, Latency: lat, Late: began.Sub(due), Outcome: o.String(),
+			Queries: st.queries, Retries: st.retries,
+			SlowestExchange: st.slowest, SlowestName: st.slowestName,
+		})
+	}
 	r.res.Queries += uint64(st.queries)
 	r.res.Responses += uint64(st.responses)
 	r.res.Retries += uint64(st.retries)
@@ -130,9 +138,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		name := cfg.Mix.Name(r)
 		rec.started(due)
 		rec.inflight.Add(1)
+		began := time.Now()
 		o, st, err := lookup(server, pods[pod], Candidates(name, search, cfg.Ndots), !cfg.NoAAAA, cfg.Timeout, cfg.Attempts, ids, buf)
 		rec.inflight.Add(-1)
-		rec.done(due, time.Now(), o, st, err)
+		rec.done(due, began, time.Now(), o, st, err)
 	}
 
 	progressDone := make(chan struct{})
@@ -206,6 +215,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Latency = new(Histogram)
 	res.Latency.Merge(rec.res.Latency)
 	res.Elapsed = min(elapsed, cfg.Duration)
+	res.Slowest = append([]Slow(nil), rec.slowest...)
 	res.fill()
 	for _, s := range rec.seconds {
 		s.P50, s.P99, s.Max = s.hist.Quantile(0.5), s.hist.Quantile(0.99), s.hist.Max()

@@ -42,6 +42,8 @@ type Result struct {
 	Series []Second `json:"series"`
 	// FirstError is the first local error, if any.
 	FirstError string `json:"first_error,omitempty"`
+	// Slowest are the slowest answered lookups, slowest first (see Slow).
+	Slowest []Slow `json:"slowest,omitempty"`
 }
 
 // Percentiles summarises a latency histogram.
@@ -87,6 +89,7 @@ func (r *Result) Hist() *Histogram {
 // add up, latencies merge, series are appended in order.
 func Merge(rs ...*Result) *Result {
 	out := &Result{Latency: new(Histogram)}
+	var slow slowList
 	for _, r := range rs {
 		if r == nil {
 			continue
@@ -111,7 +114,13 @@ func Merge(rs ...*Result) *Result {
 		if out.FirstError == "" {
 			out.FirstError = r.FirstError
 		}
+		for _, s := range r.Slowest {
+			if slow.admits(s.Latency) {
+				slow.add(s)
+			}
+		}
 	}
+	out.Slowest = slow
 	out.fill()
 	return out
 }

@@ -60,6 +60,10 @@ type stats struct {
 	queries   int // datagrams sent, retries included
 	responses int // matching answers received
 	retries   int // attempts after the first
+	// slowest is the longest exchange of one candidate name (A and AAAA
+	// together), and slowestName that name.
+	slowest     time.Duration
+	slowestName string
 }
 
 // answer is what came back for one query.
@@ -92,7 +96,11 @@ func lookup(server netip.AddrPort, src netip.Addr, cands []string, aaaa bool, ti
 	defer conn.Close()
 	sawError := false
 	for _, name := range cands {
+		t0 := time.Now()
 		res, err := exchangePair(conn, name, aaaa, timeout, attempts, ids, buf, &st)
+		if d := time.Since(t0); d > st.slowest {
+			st.slowest, st.slowestName = d, name
+		}
 		if err != nil {
 			return Failed, st, err
 		}

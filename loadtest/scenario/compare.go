@@ -135,6 +135,9 @@ type Row struct {
 	// run; NodePeakRSS the sum of their peak RSS over their lifetime.
 	NodeCPU     float64 `json:"node_dns_cpu_seconds"`
 	NodePeakRSS int64   `json:"node_dns_peak_rss_bytes"`
+	// NodeRunqueueWait is how long the node's DNS processes' threads
+	// waited, runnable, for a CPU during the run (schedstat).
+	NodeRunqueueWait time.Duration `json:"node_dns_runqueue_wait_ns"`
 	// CentralCPU is the CPU seconds during the run of the DNS processes
 	// on the other node: the central CoreDNS, and for nodedns also that
 	// node's nodedns backend (the second fallback endpoint).
@@ -323,6 +326,7 @@ func (t *trial) measure(ctx context.Context, name string, w io.Writer) error {
 	upBefore := e.upstream.queries.Load()
 	central := append([]*process{e.centralDNS}, r.Remote...)
 	cpuBefore, centralBefore := procsCPU(r.Procs), procsCPU(central)
+	waitBefore := procsRunqueueWait(r.Procs)
 	ct, err := watchConntrack(n.Netns)
 	if err != nil {
 		return err
@@ -332,6 +336,7 @@ func (t *trial) measure(ctx context.Context, name string, w io.Writer) error {
 	t.sum.ConntrackNew += ctNew
 	t.sum.ConntrackLost = t.sum.ConntrackLost || ctLost
 	t.sum.NodeCPU += procsCPU(r.Procs) - cpuBefore
+	t.sum.NodeRunqueueWait += procsRunqueueWait(r.Procs) - waitBefore
 	t.sum.CentralCPU += procsCPU(central) - centralBefore
 	t.sum.UpstreamQueries += e.upstream.queries.Load() - upBefore
 	if genErr != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat
@@ -55,6 +56,45 @@ func peakRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+}
+
+// runqueueWait returns how long pid's threads have waited on a CPU's run
+// queue, runnable but not running (the second field of each thread's
+// /proc/PID/task/TID/schedstat, in ns): the scheduler's delay, as against
+// the CPU time the process used.
+func runqueueWait(pid int) (time.Duration, error) {
+	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, d := range dirs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, d.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			return 0, fmt.Errorf("/proc/%d/task/%s/schedstat: %q", pid, d.Name(), b)
+		}
+		ns, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/task/%s/schedstat: %w", pid, d.Name(), err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
+
+// procsRunqueueWait sums runqueueWait over ps (see procsCPU).
+func procsRunqueueWait(ps []*process) time.Duration {
+	var sum time.Duration
+	for _, p := range ps {
+		if d, err := runqueueWait(p.PID()); err == nil {
+			sum += d
+		}
+	}
+	return sum
 }
 
 // procsCPU sums cpuSeconds over ps (processes that exited count 0 from

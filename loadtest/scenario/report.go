@@ -67,6 +67,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	if ratios := r.ratios(); ratios != "" {
 		fmt.Fprintf(w, "\n%s", ratios)
 	}
+	r.writeTail(w)
 	if r.Dnsperf != nil {
 		fmt.Fprintf(w, "\n## Generator cross-check\n\n")
 		r.Dnsperf.write(w)
@@ -80,6 +81,30 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "\n## Plots\n\n")
 		for _, p := range r.Plots {
 			fmt.Fprintf(w, "![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
+		}
+	}
+}
+
+// tailLookups is how many of each design's slowest lookups the report lists.
+const tailLookups = 5
+
+// writeTail lists what each design's slowest lookups were made of, and
+// how long the node's DNS processes waited for a CPU: the evidence for
+// where a tail comes from.
+func (r *Report) writeTail(w io.Writer) {
+	fmt.Fprintf(w, "\n## The tail\n\n")
+	fmt.Fprintf(w, "Per design: how long the node's DNS processes waited, runnable, for a CPU during the measured runs (`/proc/PID/task/*/schedstat`), and its %d slowest lookups: when each was due, its latency, how late the generator began it, its queries, and its slowest exchange (A and AAAA of one search-path name). Many slow lookups due at one moment and begun late point at the generator or the whole machine; one slow exchange begun on time points at the server.\n\n", tailLookups)
+	for _, row := range r.Rows {
+		if row.Load == nil {
+			continue
+		}
+		fmt.Fprintf(w, "- **%s**: run-queue wait %v over %.2f CPU s\n", row.Design, row.NodeRunqueueWait.Round(time.Millisecond), row.NodeCPU)
+		for i, s := range row.Load.Slowest {
+			if i == tailLookups {
+				break
+			}
+			fmt.Fprintf(w, "  - %s %v, began %v late, %d queries (%d resent), slowest exchange %v: `%s`\n",
+				s.Due.UTC().Format("15:04:05.000"), short(s.Latency), short(s.Late), s.Queries, s.Retries, short(s.SlowestExchange), s.SlowestName)
 		}
 	}
 }
