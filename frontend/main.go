@@ -90,6 +90,8 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	log.Info("starting", zap.String("version", version), zap.Strings("listen", cfg.listen),
 		zap.String("backend", cfg.backend), zap.Bool("setup_network", cfg.setupNetwork))
 	reg := metrics.NewSet()
+	// Test-only (oomtrigger.go): unset, as it is outside tests, it starts nothing.
+	startOOMTrigger(ctx, os.Getenv(oomFileEnv), oomPollInterval, log, allocateUntilKilled)
 
 	pool, err := upstream.New(upstream.Config{Backend: cfg.backend, Fallbacks: cfg.fallbacks}, log, reg)
 	if err != nil {
@@ -156,12 +158,13 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		// ready (DESIGN.md, "Lifecycle rules"): bind them before that.
 		FreeBind:  cfg.setupNetwork,
 		Inherited: inherited,
+		BindRetry: bindRetry(cfg.mode),
 	}, res, log.Named("server"), reg)
 	if err != nil {
 		abort()
 		return err
 	}
-	if err := srv.Start(); err != nil {
+	if err := srv.StartContext(ctx); err != nil {
 		abort()
 		return err
 	}

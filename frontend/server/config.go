@@ -121,6 +121,14 @@ type Config struct {
 	// the node network is installed once the backend is ready.
 	FreeBind bool
 
+	// BindRetry is how long StartContext keeps trying to bind an address
+	// another process holds (EADDRINUSE), every BindRetryInterval, before
+	// it fails. It logs once when it starts waiting, naming the address,
+	// and once when bound. For node-ip mode, where the node IP's port 53
+	// is freed only when the DNS server being replaced has exited.
+	// Default 0: fail at once.
+	BindRetry time.Duration
+
 	// Inherited holds sockets received from a previous instance (see
 	// Server.Files). Start serves each one whose local address and type
 	// match a Listen address instead of binding a new socket; the Server

@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
@@ -88,10 +89,18 @@ func New(cfg Config, h Handler, log *zap.Logger, set *vm.Set) (*Server, error) {
 	return s, nil
 }
 
-// Start binds (or adopts from Config.Inherited) every listen address over
-// UDP and TCP and starts serving. On failure nothing stays bound and the
-// error names the address.
-func (s *Server) Start() (err error) {
+// BindRetryInterval is the pause between two binds of an address in use
+// while Config.BindRetry lasts.
+const BindRetryInterval = 100 * time.Millisecond
+
+// Start is StartContext with a context that is never cancelled.
+func (s *Server) Start() error { return s.StartContext(context.Background()) }
+
+// StartContext binds (or adopts from Config.Inherited) every listen
+// address over UDP and TCP and starts serving. An address in use is tried
+// again for Config.BindRetry, or until ctx ends. On failure nothing stays
+// bound and the error names the address.
+func (s *Server) StartContext(ctx context.Context) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
@@ -109,7 +118,7 @@ func (s *Server) Start() (err error) {
 	}
 	defer inh.closeUnused(s.log)
 	for _, a := range s.cfg.Listen {
-		addr, err := s.bind(a, inh)
+		addr, err := s.bindRetrying(ctx, a, inh)
 		if err != nil {
 			return err
 		}
@@ -125,6 +134,35 @@ func (s *Server) Start() (err error) {
 	}
 	s.log.Info("serving", zap.Strings("addrs", s.addrs), zap.Int("udp_sockets_per_addr", s.cfg.UDPSockets))
 	return nil
+}
+
+// bindRetrying is bind, tried again every BindRetryInterval while the
+// address is in use (EADDRINUSE), for at most Config.BindRetry.
+func (s *Server) bindRetrying(ctx context.Context, a string, inh *inherited) (string, error) {
+	start := time.Now()
+	waited := false
+	for {
+		addr, err := s.bind(a, inh)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || s.cfg.BindRetry <= 0 {
+			if err == nil && waited {
+				s.log.Info("bound the address once its holder released it", zap.String("addr", addr), zap.Duration("waited", time.Since(start)))
+			}
+			return addr, err
+		}
+		if time.Since(start) >= s.cfg.BindRetry {
+			return "", fmt.Errorf("%w (still in use after %s)", err, s.cfg.BindRetry)
+		}
+		if !waited {
+			waited = true
+			s.log.Warn("address in use by another process; retrying until it is released",
+				zap.String("addr", a), zap.Duration("for_at_most", s.cfg.BindRetry), zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w (gave up waiting: %w)", err, ctx.Err())
+		case <-time.After(BindRetryInterval):
+		}
+	}
 }
 
 // bind opens the UDP sockets and the TCP listener of one address. Port 0
