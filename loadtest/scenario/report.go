@@ -55,6 +55,9 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "Run: %s, %s.  \n", r.Started.Format(time.RFC3339), r.Machine)
 	fmt.Fprintf(w, "Load: %d lookups/s open loop for %v per design in %d interleaved rounds (designs take turns), after a %v warm-up each, from %d pod addresses, mix `%s`, glibc stub behaviour (ndots:5, search path of namespace team-a, A+AAAA in parallel, timeout %v, attempts %d).\n\n",
 		c.Rate, c.Duration, c.Rounds, c.Warmup, c.Pods, c.Mix, c.Timeout, c.Attempts)
+	if c.GeneratorRealtime {
+		fmt.Fprintf(w, "The generator ran under SCHED_RR (`-generator-realtime`): nothing else on the machine could make it begin a lookup late.\n\n")
+	}
 	r.WriteTable(w)
 	fmt.Fprintf(w, "\nColumns: `lookups/s` answered lookups (getaddrinfo calls) per second, `q/lookup` DNS queries per lookup (search path expansion), latency of answered lookups from the time each was due, `fail` error answers, `t/o` lookups with every attempt unanswered, `ct new` conntrack entries created in the node's namespace, `node CPU s` and `node RSS` the node's DNS processes (CPU during the run, peak RSS over their life), `central CPU s` the DNS processes on the other node: the CoreDNS Deployment's replica, and for nodedns also that node's nodedns backend (the second endpoint of the fallback Service), `API-tier q` queries that reached a CoreDNS watching the API server (`coredns_dns_requests_total`), `upstream q` queries that reached the resolvers outside the cluster, `pkts out` packets the node sent toward other nodes.\n\n")
 	for _, row := range r.Rows {
