@@ -2,9 +2,12 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -121,4 +124,80 @@ func buildTreeImage(ctx context.Context, dir, name string) (Archive, error) {
 		return Archive{}, fmt.Errorf("%s image: %w", name, err)
 	}
 	return Archive{Ref: b.Ref, Path: p, Digest: d.String()}, nil
+}
+
+// DnsmasqImage runs Debian's dnsmasq (the host's /usr/sbin/dnsmasq): the
+// dnsmasq of a dnsmasq+CoreDNS DaemonSet (see BuildDnsmasqImage).
+const DnsmasqImage = "nodedns.test/dnsmasq:v1"
+
+// dnsmasqBinary is the host's dnsmasq, from Debian's dnsmasq-base package.
+const dnsmasqBinary = "/usr/sbin/dnsmasq"
+
+// DnsmasqUnavailable says why BuildDnsmasqImage cannot run here, or "".
+func DnsmasqUnavailable() string {
+	if _, err := os.Stat(dnsmasqBinary); err != nil {
+		return dnsmasqBinary + " not found: install Debian's dnsmasq-base"
+	}
+	if _, err := exec.LookPath("ldd"); err != nil {
+		return "ldd not found"
+	}
+	return images.BaseUnavailable()
+}
+
+// BuildDnsmasqImage builds DnsmasqImage into dir without a container
+// engine: the frontend's cached Debian base (images.DebianBase), then one
+// layer holding the host's /usr/sbin/dnsmasq and every shared library ldd
+// lists for it, each under its real directory (the base is merged-/usr:
+// /lib is a symlink there, and a layer entry "lib/" would replace it). The
+// host and the base are both Debian 12, so the libraries match what the
+// base has where it has them.
+func BuildDnsmasqImage(ctx context.Context, dir string) (Archive, error) {
+	if r := DnsmasqUnavailable(); r != "" {
+		return Archive{}, errors.New("dnsmasq image: " + r)
+	}
+	base, err := images.DebianBase(ctx, func(string, ...any) {})
+	if err != nil {
+		return Archive{}, fmt.Errorf("dnsmasq image: %w", err)
+	}
+	out, err := exec.CommandContext(ctx, "ldd", dnsmasqBinary).Output()
+	if err != nil {
+		return Archive{}, fmt.Errorf("dnsmasq image: ldd %s: %w", dnsmasqBinary, err)
+	}
+	paths := []string{dnsmasqBinary}
+	for _, l := range strings.Split(string(out), "\n") {
+		for _, f := range strings.Fields(l) {
+			if strings.HasPrefix(f, "/") {
+				paths = append(paths, f)
+			}
+		}
+	}
+	var files []images.File
+	for _, p := range paths {
+		realDir, err := filepath.EvalSymlinks(filepath.Dir(p))
+		if err != nil {
+			return Archive{}, fmt.Errorf("dnsmasq image: %w", err)
+		}
+		data, err := os.ReadFile(p) // through the soname's symlink
+		if err != nil {
+			return Archive{}, fmt.Errorf("dnsmasq image: %w", err)
+		}
+		files = append(files, images.File{Path: filepath.Join(realDir, filepath.Base(p)), Data: data, Mode: 0o755})
+	}
+	layer, err := images.FilesLayer(files, podToolEpoch)
+	if err != nil {
+		return Archive{}, fmt.Errorf("dnsmasq image: %w", err)
+	}
+	img, err := images.Build(images.Spec{Layers: []v1.Layer{base, layer}, Entrypoint: []string{dnsmasqBinary}, Created: podToolEpoch})
+	if err != nil {
+		return Archive{}, fmt.Errorf("dnsmasq image: %w", err)
+	}
+	p := filepath.Join(dir, "dnsmasq.oci.tar")
+	if err := images.WriteArchive(p, img, DnsmasqImage, "v1"); err != nil {
+		return Archive{}, fmt.Errorf("dnsmasq image: %w", err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return Archive{}, fmt.Errorf("dnsmasq image: %w", err)
+	}
+	return Archive{Ref: DnsmasqImage, Path: p, Digest: d.String()}, nil
 }

@@ -39,6 +39,10 @@ const nodeReadyTimeout = 3 * time.Minute
 type RealNodeOptions struct {
 	// ClusterDNS is kubelet's clusterDNS. Default [DNSServiceIP].
 	ClusterDNS []string
+	// ClusterDNSNodeIP makes kubelet's clusterDNS the node's own IP (each
+	// node its own), as in setups that run a DNS server on the node IP
+	// (dnsmasq+CoreDNS DaemonSets). It overrides ClusterDNS.
+	ClusterDNSNodeIP bool
 	// ProxyMode is kube-proxy's mode. Default ProxyModeIPTables.
 	ProxyMode ProxyMode
 	// Images are imported into the node's containerd (namespace k8s.io)
@@ -63,7 +67,8 @@ type RealNode struct {
 	Proxy *KubeProxy
 
 	tb         *Testbed
-	cgroupRoot string // absolute cgroup path of the node's tree
+	cgroupRoot string   // absolute cgroup path of the node's tree
+	clusterDNS []string // kubelet's clusterDNS, as kubelet.yaml holds it
 	holder     *Process
 	containerd *Process
 	kubelet    *Process
@@ -136,12 +141,16 @@ func (tb *Testbed) AddRealNode(ctx context.Context, name string, opts RealNodeOp
 	if err != nil {
 		return nil, err
 	}
+	if opts.ClusterDNSNodeIP {
+		opts.ClusterDNS = []string{ip.String()}
+	}
 	n := &RealNode{
 		Name: name, Netns: netns, IP: ip,
 		PodCIDR:    fmt.Sprintf("10.244.%d.0/24", index),
 		Dir:        filepath.Join(tb.Dir, "realnode-"+fileSafe(name)),
 		tb:         tb,
 		cgroupRoot: "/" + state.Cgroup + "/" + fileSafe(name),
+		clusterDNS: opts.ClusterDNS,
 	}
 	tb.mu.Lock()
 	state.Netns = append(state.Netns, netns)
@@ -187,17 +196,10 @@ func (tb *Testbed) AddRealNode(ctx context.Context, name string, opts RealNodeOp
 	if err := tb.routePodCIDRs(ctx); err != nil {
 		return nil, err
 	}
-	if n.kubelet, err = n.startDaemon("kubelet", kubelet,
-		"--config="+filepath.Join(n.Dir, "kubelet.yaml"),
-		"--kubeconfig="+filepath.Join(n.Dir, "kubelet.kubeconfig"),
-		"--root-dir="+filepath.Join(n.Dir, "kubelet"),
-		"--hostname-override="+name,
-		"--node-ip="+ip.String(),
-		"--v=2",
-	); err != nil {
+	if err := n.startKubelet(kubelet); err != nil {
 		return nil, err
 	}
-	if err := n.waitReady(ctx); err != nil {
+	if err := n.waitReady(ctx, time.Time{}); err != nil {
 		return nil, err
 	}
 	if err := n.startKubeProxy(ctx, opts.ProxyMode); err != nil {
@@ -283,7 +285,7 @@ func (n *RealNode) writeFiles(opts RealNodeOptions) error {
 	files := map[string]string{
 		"containerd.toml":         n.containerdConfig(),
 		"cni/10-testbed.conflist": n.cniConfig(),
-		"kubelet.yaml":            n.kubeletConfig(opts.ClusterDNS),
+		"kubelet.yaml":            n.kubeletConfig(n.clusterDNS),
 		"kubelet.kubeconfig":      string(kcData),
 		"ca.crt":                  string(n.tb.pki.caPEM),
 		"kubelet.crt":             string(crt),
@@ -415,8 +417,57 @@ func (n *RealNode) Run(ctx context.Context, name string, args ...string) ([]byte
 	return out, nil
 }
 
-// waitReady waits until kubelet has registered the Node and reports Ready.
-func (n *RealNode) waitReady(ctx context.Context) error {
+// startKubelet starts kubelet in the node's namespaces with the node's
+// kubelet.yaml; it does not wait for it.
+func (n *RealNode) startKubelet(bin string) error {
+	p, err := n.startDaemon("kubelet", bin,
+		"--config="+filepath.Join(n.Dir, "kubelet.yaml"),
+		"--kubeconfig="+filepath.Join(n.Dir, "kubelet.kubeconfig"),
+		"--root-dir="+filepath.Join(n.Dir, "kubelet"),
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.IP.String(),
+		"--v=2",
+	)
+	if err != nil {
+		return err
+	}
+	n.kubelet = p
+	return nil
+}
+
+// SetClusterDNS changes kubelet's clusterDNS as an operator does: it
+// rewrites the node's KubeletConfiguration, restarts kubelet (SIGTERM, then
+// a new kubelet with the same flags) and waits until the restarted kubelet
+// has reported the Node Ready. Running pods and their containers stay as
+// they are (their resolv.conf was written when they were created); pods
+// created afterwards get the new nameservers.
+func (n *RealNode) SetClusterDNS(ctx context.Context, clusterDNS []string) error {
+	bin, err := Binary("kubelet")
+	if err != nil {
+		return err
+	}
+	n.clusterDNS = append([]string(nil), clusterDNS...)
+	if err := writeFile(filepath.Join(n.Dir, "kubelet.yaml"), []byte(n.kubeletConfig(n.clusterDNS))); err != nil {
+		return err
+	}
+	if err := n.kubelet.Stop(); err != nil {
+		return fmt.Errorf("real node %s: stop kubelet: %w", n.Name, err)
+	}
+	// The Node's heartbeat has second resolution: one from the new kubelet
+	// is at or after this.
+	since := time.Now().Truncate(time.Second).Add(time.Second)
+	if err := n.startKubelet(bin); err != nil {
+		return fmt.Errorf("real node %s: %w", n.Name, err)
+	}
+	if err := n.waitReady(ctx, since); err != nil {
+		return fmt.Errorf("real node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// waitReady waits until kubelet has registered the Node and reports Ready,
+// in a heartbeat not older than since (zero: any).
+func (n *RealNode) waitReady(ctx context.Context, since time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, nodeReadyTimeout)
 	defer cancel()
 	err := poll(ctx, n.kubelet, "Node "+n.Name+" Ready", func() (bool, error) {
@@ -429,7 +480,7 @@ func (n *RealNode) waitReady(ctx context.Context) error {
 		}
 		for _, c := range node.Status.Conditions {
 			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, nil
+				return c.Status == corev1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(since), nil
 			}
 		}
 		return false, nil

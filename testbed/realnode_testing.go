@@ -11,6 +11,13 @@ import (
 // StartForTest), which on failure logs every daemon's log tail first.
 func StartRealNodesForTest(t testing.TB, names []string, archives []Archive) (*Testbed, []*RealNode) {
 	t.Helper()
+	return StartRealNodesForTestWith(t, names, RealNodeOptions{Images: archives})
+}
+
+// StartRealNodesForTestWith is StartRealNodesForTest with every node
+// started with opts.
+func StartRealNodesForTestWith(t testing.TB, names []string, opts RealNodeOptions) (*Testbed, []*RealNode) {
+	t.Helper()
 	if r := RealNodeUnavailable(); r != "" {
 		t.Skip("real nodes: " + r)
 	}
@@ -24,7 +31,7 @@ func StartRealNodesForTest(t testing.TB, names []string, archives []Archive) (*T
 	}
 	var nodes []*RealNode
 	for _, name := range names {
-		n, err := tb.AddRealNode(ctx, name, RealNodeOptions{Images: archives})
+		n, err := tb.AddRealNode(ctx, name, opts)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,6 +32,10 @@ const (
 	// lookupTimeout: a lookup unanswered this long is lost (a stub
 	// resolver's first retry comes at 5s).
 	lookupTimeout = 5 * time.Second
+	// oomFile is the frontend's NODEDNS_TEST_OOM_FILE, in the holder's
+	// emptyDir (the chart's holder.dir): a file of the pod, so that a
+	// trigger left behind dies with it.
+	oomFile = "/run/nodedns-holder/oom-kill"
 )
 
 // TestMigrationFromKubeadmCoreDNS: the cluster as kubeadm leaves it (the
@@ -120,6 +124,9 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 			"mode":           "iptables",
 			"service":        map[string]any{"clusterIP": testbed.DNSServiceIP, "create": createService},
 			"fallback":       map[string]any{"clusterIP": "10.96.0.11", "allowedNetworks": []any{testbed.PodSubnet, testbed.NodeSubnet}},
+			// Test-only: step d2 creates this file to get the frontend
+			// OOM-killed (frontend/README.md, "ENVIRONMENT").
+			"frontend": map[string]any{"env": []any{map[string]any{"name": "NODEDNS_TEST_OOM_FILE", "value": oomFile}}},
 			"image": map[string]any{
 				"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
 				"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},
@@ -189,38 +196,38 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	t.Logf("c: rolled out on both nodes in %s", time.Since(start).Round(100*time.Millisecond))
 	time.Sleep(10 * time.Second)
 
-	// d. The frontend's process killed: SIGKILL twice in a row (kubelet's
-	// back-off on the second).
+	// d. The frontend's process killed: SIGKILLed, then, once it runs
+	// again, OOM-killed by its memory limit (kubelet's back-off on the
+	// second crash in a row).
 	nodeA := nodes[0]
-	crash := func(n *testbed.RealNode) restart {
-		t.Helper()
-		pod := nodednsPod(ctx, t, tb, n.Name)
-		cs, _ := containerStatus(pod, "frontend")
-		at := time.Now()
-		if err := n.KillContainer(ctx, cs.ContainerID); err != nil {
-			t.Fatal(err)
-		}
-		return waitRestarted(ctx, t, tb, pod, "frontend", cs.RestartCount, at)
-	}
 	steps.begin("d1. frontend SIGKILLed (kubelet restarts it at once)", "kill -KILL <frontend pid> (node-a)")
-	r1 := crash(nodeA)
-	t.Logf("d1: node-a frontend after the first SIGKILL: %s", r1)
-	steps.begin("d2. frontend SIGKILLed again (kubelet's 10 s back-off)", "kill -KILL <frontend pid> (node-a), once it runs again")
-	steps.expectLoss("kubelet's CrashLoopBackOff (10 s) outlasts the clients' 5 s timeout: queries wait in the held sockets, and those older than 5 s when the frontend is back are lost")
-	r2 := crash(nodeA)
-	t.Logf("d2: node-a frontend after the second SIGKILL: %s", r2)
-	for _, r := range []restart{r1, r2} {
-		if r.reason != "137 Error" {
-			t.Errorf("d: last exit %q, want 137 Error", r.reason)
-		}
+	pod := nodednsPod(ctx, t, tb, nodeA.Name)
+	cs, _ := containerStatus(pod, "frontend")
+	at := time.Now()
+	if err := nodeA.KillContainer(ctx, cs.ContainerID); err != nil {
+		t.Fatal(err)
+	}
+	r1 := waitRestarted(ctx, t, tb, pod, "frontend", cs.RestartCount, at)
+	t.Logf("d1: node-a frontend after the SIGKILL: %s", r1)
+	if r1.reason != "137 Error" {
+		t.Errorf("d1: last exit %q, want 137 Error", r1.reason)
+	}
+	steps.begin("d2. frontend OOM-killed by its 64Mi limit (kubelet's 10 s back-off on a second crash)", "touch <holder emptyDir>/"+filepath.Base(oomFile)+" (node-a; NODEDNS_TEST_OOM_FILE)")
+	steps.expectLoss("a second crash in a row: kubelet's CrashLoopBackOff (10 s) outlasts the clients' 5 s timeout: queries wait in the held sockets, and those older than 5 s when the frontend is back are lost; " +
+		"that backlog reaches the restarted frontend's empty cache at once, past --max-inflight-per-source (250) of the client's misses: those are answered SERVFAIL " +
+		"(nodedns_server_refused_total{reason=\"inflight_source\"}), and a stub resolver that had not given up yet moves on to its next search name and fails with NXDOMAIN")
+	r2 := oomKill(ctx, t, tb, nodeA)
+	t.Logf("d2: node-a frontend after the OOM kill: %s", r2)
+	if r2.reason != "137 OOMKilled" {
+		t.Errorf("d2: last exit %q, want 137 OOMKilled", r2.reason)
 	}
 	time.Sleep(10 * time.Second)
 
 	// e. The backend killed: misses go to the other node's backend.
 	steps.begin("e. backend SIGKILLed (misses through the fallback)", "kill -KILL <backend pid> (node-a)")
-	pod := nodednsPod(ctx, t, tb, nodeA.Name)
+	pod = nodednsPod(ctx, t, tb, nodeA.Name)
 	bs, _ := containerStatus(pod, "backend")
-	at := time.Now()
+	at = time.Now()
 	if err := nodeA.KillContainer(ctx, bs.ContainerID); err != nil {
 		t.Fatal(err)
 	}

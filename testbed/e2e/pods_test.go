@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +60,7 @@ func containerStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) 
 type restart struct {
 	running, ready time.Duration
 	reason         string // of the last termination, as kubelet reports it
+	finished       time.Time
 	restarts       int32
 }
 
@@ -89,6 +92,7 @@ func waitRestarted(ctx context.Context, t *testing.T, tb *testbed.Testbed, pod *
 		r.restarts = cs.RestartCount
 		if x := cs.LastTerminationState.Terminated; x != nil {
 			r.reason = fmt.Sprintf("%d %s", x.ExitCode, x.Reason)
+			r.finished = x.FinishedAt.Time
 		}
 		if cs.Ready {
 			r.ready = time.Since(since)
@@ -100,6 +104,63 @@ func waitRestarted(ctx context.Context, t *testing.T, tb *testbed.Testbed, pod *
 		t.Fatalf("%s of %s not restarted and ready: %v\n%s", name, pod.Name, err, podStates(ctx, tb))
 	}
 	return r
+}
+
+// oomKill gets the frontend of n's nodedns pod OOM-killed: it creates the
+// frontend's NODEDNS_TEST_OOM_FILE (oomFile) in the pod's holder emptyDir,
+// as the node's mount namespace sees it (a Memory emptyDir is a tmpfs
+// kubelet mounted there), and waits until kubelet has restarted the
+// container and it is ready again.
+func oomKill(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *testbed.RealNode) restart {
+	t.Helper()
+	pod := nodednsPod(ctx, t, tb, n.Name)
+	cs, _ := containerStatus(pod, "frontend")
+	t.Logf("%s frontend before the OOM trigger: %s", n.Name, memoryCgroup(ctx, n, cs.ContainerID))
+	file := filepath.Join(n.Dir, "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", "holder", filepath.Base(oomFile))
+	at := time.Now()
+	if _, err := n.Run(ctx, "touch", file); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	r := waitRestarted(wctx, t, tb, pod, "frontend", cs.RestartCount, at)
+	t.Logf("%s frontend: trigger file created at %s, the container's exit at %s (kubelet's second resolution)",
+		n.Name, at.UTC().Format("15:04:05.000"), r.finished.UTC().Format("15:04:05"))
+	if _, err := n.Run(ctx, "test", "!", "-e", file); err != nil {
+		t.Errorf("trigger file left after the OOM kill (the next frontend would allocate again): %v", err)
+	}
+	return r
+}
+
+// memoryCgroup describes the memory cgroup of a container's process: its
+// path, limit and usage, or why they could not be read.
+func memoryCgroup(ctx context.Context, n *testbed.RealNode, id string) string {
+	pid, err := n.ContainerPID(ctx, id)
+	if err != nil {
+		return err.Error()
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return err.Error()
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 || f[1] != "memory" {
+			continue
+		}
+		dir := filepath.Join("/sys/fs/cgroup/memory", f[2])
+		out := "memory cgroup " + f[2]
+		for _, name := range []string{"memory.limit_in_bytes", "memory.usage_in_bytes"} {
+			v, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				out += " " + err.Error()
+				continue
+			}
+			out += " " + name + "=" + strings.TrimSpace(string(v))
+		}
+		return out
+	}
+	return fmt.Sprintf("pid %d: no memory cgroup in /proc/%d/cgroup", pid, pid)
 }
 
 // waitRolledOut waits until the DaemonSet's controller has seen its

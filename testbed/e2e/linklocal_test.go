@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodedns/nodedns/helm"
+	"github.com/nodedns/nodedns/images"
+	"github.com/nodedns/nodedns/testbed"
+)
+
+const linkLocalIP = "169.254.20.10"
+
+// TestLinkLocalFromKubeadmCoreDNS: the cluster as kubeadm leaves it (the
+// CoreDNS Deployment, 2 replicas, kube-dns at 10.96.0.10) with a client pod
+// per node resolving, then nodedns in link-local mode as docs/modes.md
+// says: helm install beside kube-dns (service.create=false), kubelet's
+// clusterDNS changed to 169.254.20.10 on each node (kubelet restarted),
+// new client pods (which get 169.254.20.10 while the first ones keep
+// 10.96.0.10, still CoreDNS through kube-proxy), a surge upgrade, and the
+// way back: clusterDNS to 10.96.0.10 again, helm uninstall, the new clients
+// recreated. Goal: no failed and no lost lookup, except for clients that
+// still name 169.254.20.10 once nodedns is gone.
+func TestLinkLocalFromKubeadmCoreDNS(t *testing.T) {
+	if r := testbed.RealNodeUnavailable(); r != "" {
+		t.Skip("real nodes: " + r)
+	}
+	if r := images.BaseUnavailable(); r != "" {
+		t.Skip("frontend image: " + r)
+	}
+	if err := testbed.RealNodeBinaries(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	imgDir := t.TempDir()
+	archives, err := testbed.BuildPodImages(ctx, imgDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, err := testbed.BuildBackendImage(ctx, imgDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frontend, err := testbed.BuildFrontendImage(ctx, imgDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archives = append(archives, backend, frontend)
+
+	start := time.Now()
+	tb, nodes := testbed.StartRealNodesForTest(t, []string{"node-a", "node-b"}, archives)
+	c := tb.Client()
+	t.Logf("control plane and two nodes up in %s", time.Since(start).Round(time.Millisecond))
+	if err := tb.SetStubRecord(externalName, net.ParseIP(externalIP)); err != nil {
+		t.Fatal(err)
+	}
+
+	// a. As kubeadm leaves it.
+	if err := testbed.DeployCoreDNS(ctx, c, backend.Ref, 2); err != nil {
+		t.Fatal(err)
+	}
+	webIP := deployWeb(ctx, t, tb)
+	if err := testbed.WaitDeploymentReady(ctx, c, "kube-system", "coredns"); err != nil {
+		t.Fatal(err)
+	}
+	results := t.TempDir()
+	checks := []string{
+		"web=" + webIP,
+		"web-headless=*",
+		"kubernetes.default=" + testbed.KubernetesServiceIP,
+		externalName + "=" + externalIP,
+	}
+	for _, n := range nodes {
+		startGroupClient(ctx, t, tb, results, "old", "client-"+n.Name, n.Name, checks)
+	}
+	steps := &stepLog{}
+	uninstalled := false
+	defer reportGroups(t, nodes, results, steps, []string{"old", "new", "renewed"}, func(step, group string) (string, int) {
+		if group == "new" && (strings.HasPrefix(step, "d2") || strings.HasPrefix(step, "d3")) {
+			return "these pods were created while clusterDNS was " + linkLocalIP + " and keep it in their resolv.conf; once the last frontend is gone nothing answers it", 0
+		}
+		return "", 0
+	})
+	steps.begin("a. kubeadm's CoreDNS Deployment (2 replicas)", "kubectl -n kube-system get deploy coredns")
+	for _, n := range nodes {
+		checkNameserver(ctx, t, tb, nodes, "client-"+n.Name, testbed.DNSServiceIP)
+	}
+	time.Sleep(10 * time.Second)
+
+	// b1. helm install in link-local mode, kube-dns left to CoreDNS.
+	cfg := helmConfig(t, tb)
+	chrt, err := helm.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := frontend.Ref[strings.LastIndexByte(frontend.Ref, ':')+1:]
+	podAnnotations := map[string]any{}
+	values := map[string]any{
+		"podAnnotations": podAnnotations,
+		"mode":           "link-local",
+		"service":        map[string]any{"clusterIP": testbed.DNSServiceIP, "create": false},
+		"fallback":       map[string]any{"clusterIP": "10.96.0.11", "allowedNetworks": []any{testbed.PodSubnet, testbed.NodeSubnet}},
+		"image": map[string]any{
+			"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
+			"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},
+			"tag":        tag,
+			"pullPolicy": "Never",
+		},
+	}
+	steps.begin("b1. helm install nodedns --set mode=link-local --set service.create=false; rollout status", "helm install nodedns ./helm/nodedns -n kube-system -f nodedns-values.yaml --set mode=link-local --set service.create=false")
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace = helm.DefaultRelease, helm.DefaultNamespace
+	if _, err := install.RunWithContext(ctx, chrt, values); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	defer func() {
+		if !uninstalled {
+			_, _ = action.NewUninstall(cfg).Run(helm.DefaultRelease)
+		}
+	}()
+	if err := testbed.WaitDaemonSetReady(ctx, c, "kube-system", "nodedns", 2); err != nil {
+		t.Fatalf("%v\n%s", err, podStates(ctx, tb))
+	}
+	for _, n := range nodes {
+		out, err := n.Run(ctx, "ip", "-o", "addr", "show")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out), linkLocalIP+"/") {
+			t.Errorf("%s: %s not on the node after install:\n%s", n.Name, linkLocalIP, out)
+		}
+		if strings.Contains(string(out), testbed.DNSServiceIP+"/") {
+			t.Errorf("%s: link-local mode took the kube-dns ClusterIP:\n%s", n.Name, out)
+		}
+	}
+	time.Sleep(10 * time.Second)
+
+	// b2. kubelet's clusterDNS to the link-local address, node by node.
+	steps.begin("b2. kubelet clusterDNS: [169.254.20.10] on each node, kubelet restarted", "edit clusterDNS in /var/lib/kubelet/config.yaml; systemctl restart kubelet (node by node)")
+	for _, n := range nodes {
+		at := time.Now()
+		if err := n.SetClusterDNS(ctx, []string{linkLocalIP}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("b2: %s: kubelet restarted and Ready after %s", n.Name, time.Since(at).Round(100*time.Millisecond))
+	}
+	time.Sleep(10 * time.Second)
+
+	// b3. Pods created from now on get the link-local address; the first
+	// clients keep the ClusterIP (CoreDNS through kube-proxy).
+	steps.begin("b3. new client pods (nameserver 169.254.20.10) beside the old ones (10.96.0.10)", "kubectl run ... (pods created after the kubelet change)")
+	for _, n := range nodes {
+		startGroupClient(ctx, t, tb, results, "new", "client-new-"+n.Name, n.Name, checks)
+	}
+	for _, n := range nodes {
+		checkNameserver(ctx, t, tb, nodes, "client-"+n.Name, testbed.DNSServiceIP)
+		checkNameserver(ctx, t, tb, nodes, "client-new-"+n.Name, linkLocalIP)
+	}
+	time.Sleep(15 * time.Second)
+
+	// c. A surge rollout in the mode where a stopped frontend is an outage.
+	steps.begin("c. helm upgrade changing the pod template (surge rollout, link-local)", "helm upgrade nodedns ./helm/nodedns -n kube-system -f nodedns-values.yaml --set mode=link-local --set service.create=false --set podAnnotations.rollout=2")
+	podAnnotations["nodedns.test/rollout"] = "2"
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace = helm.DefaultNamespace
+	start = time.Now()
+	if _, err := upgrade.RunWithContext(ctx, helm.DefaultRelease, chrt, values); err != nil {
+		t.Fatalf("helm upgrade: %v", err)
+	}
+	waitRolledOut(ctx, t, tb, "nodedns", len(nodes))
+	t.Logf("c: rolled out on both nodes in %s", time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(10 * time.Second)
+
+	// d. The way back: clusterDNS to the ClusterIP, then helm uninstall,
+	// then the pods created meanwhile recreated.
+	steps.begin("d1. kubelet clusterDNS back to [10.96.0.10], kubelet restarted", "edit clusterDNS back; systemctl restart kubelet (node by node)")
+	for _, n := range nodes {
+		if err := n.SetClusterDNS(ctx, []string{testbed.DNSServiceIP}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(10 * time.Second)
+	steps.begin("d2. helm uninstall nodedns (pods created in b3 still name 169.254.20.10)", "helm uninstall nodedns -n kube-system")
+	if _, err := action.NewUninstall(cfg).Run(helm.DefaultRelease); err != nil {
+		t.Fatalf("helm uninstall: %v", err)
+	}
+	uninstalled = true
+	if err := waitUntil(ctx, func() bool {
+		pods, err := c.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: nodednsSelector})
+		return err == nil && len(pods.Items) == 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if left := nodeLeftovers(ctx, n); left != "" {
+			t.Errorf("d2: %s after helm uninstall still has:\n%s", n.Name, left)
+		}
+	}
+	time.Sleep(10 * time.Second)
+	steps.begin("d3. the b3 pods deleted and created again (nameserver 10.96.0.10)", "kubectl delete pod ...; kubectl run ...")
+	for _, n := range nodes {
+		if err := c.CoreV1().Pods("default").Delete(ctx, "client-new-"+n.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		startGroupClient(ctx, t, tb, results, "renewed", "client-renewed-"+n.Name, n.Name, checks)
+		checkNameserver(ctx, t, tb, nodes, "client-renewed-"+n.Name, testbed.DNSServiceIP)
+	}
+	time.Sleep(10 * time.Second)
+	steps.end()
+}
