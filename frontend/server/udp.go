@@ -296,7 +296,7 @@ func (s *Server) countSend(u *udpSocket, err error, errno syscall.Errno) {
 // sendto sends one datagram without blocking.
 func sendto(fd uintptr, b []byte, name *unix.RawSockaddrInet6, namelen uint32) syscall.Errno {
 	for {
-		_, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
 			unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(name)), uintptr(namelen))
 		if e != unix.EINTR {
 			return e

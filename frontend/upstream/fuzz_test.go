@@ -55,7 +55,7 @@ func FuzzRoundTrip(f *testing.F) {
 			}
 			_, _ = server.Write(resp)
 		}()
-		c := &conn{nc: client, r: bufio.NewReader(client)}
+		c := &conn{nc: client, w: client, r: bufio.NewReader(client)}
 		r, err := c.roundTrip(context.Background(), time.Now().Add(time.Second), wire, id, q.Question[0])
 		if err != nil {
 			return

@@ -43,6 +43,7 @@ type address struct {
 // conn is one TCP connection with its read buffers.
 type conn struct {
 	nc   net.Conn
+	w    io.Writer // writes to nc (rawIO), and r reads from it
 	r    *bufio.Reader
 	hdr  [2]byte   // length prefix, a field so that reading it does not allocate
 	buf  []byte    // reused for each response body
@@ -122,8 +123,14 @@ func (a *address) dial(ctx context.Context, deadline time.Time) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	rc, err := nc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
 	a.m.connsOpen.Inc()
-	return &conn{nc: nc, r: bufio.NewReaderSize(nc, 2048), a: a}, nil
+	rio := newRawIO(rc)
+	return &conn{nc: nc, w: rio, r: bufio.NewReaderSize(rio, 2048), a: a}, nil
 }
 
 // get returns the most recently used idle connection that has not expired,
@@ -217,7 +224,7 @@ func (c *conn) roundTrip(ctx context.Context, deadline time.Time, wire []byte, i
 		stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 		defer stop()
 	}
-	if _, err := c.nc.Write(wire); err != nil {
+	if _, err := c.w.Write(wire); err != nil {
 		return nil, err
 	}
 	if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {

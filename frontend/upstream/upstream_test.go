@@ -26,12 +26,18 @@ type backend struct {
 	queries  atomic.Int64
 	accepted atomic.Int64
 	block    chan struct{} // when non-nil, queries wait for it to close
+	// blockLater is block for a backend already serving, set while its
+	// queries (and the pool's probes) may be read concurrently.
+	blockLater atomic.Pointer[chan struct{}]
 }
 
 func (b *backend) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	b.queries.Add(1)
 	if b.block != nil {
 		<-b.block
+	}
+	if c := b.blockLater.Load(); c != nil {
+		<-*c
 	}
 	m := new(dns.Msg)
 	m.SetReply(r)
@@ -179,7 +185,8 @@ func TestExchangeSurvivesBackendRestart(t *testing.T) {
 	addr, stop := serveTCP(t, "127.0.0.1:0", b, &b.accepted)
 	p, set := newPool(t, Config{Backend: addr})
 	// Two connections in the pool, both of which die with the backend.
-	b.block = make(chan struct{})
+	block := make(chan struct{})
+	b.blockLater.Store(&block)
 	var wg sync.WaitGroup
 	for _, n := range []string{"a.example.", "b.example."} {
 		wg.Go(func() { exchange(t, p, n) })
@@ -187,9 +194,9 @@ func TestExchangeSurvivesBackendRestart(t *testing.T) {
 	for b.queries.Load() < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	close(b.block)
+	close(block)
 	wg.Wait()
-	b.block = nil
+	b.blockLater.Store(nil)
 
 	stop()
 	serveTCP(t, addr, b, &b.accepted)
