@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nodedns/nodedns/images"
 	"github.com/nodedns/nodedns/testbed"
 )
 
@@ -224,4 +226,107 @@ func deployWebOn(ctx context.Context, t *testing.T, tb *testbed.Testbed, nodes i
 		t.Fatal(err)
 	}
 	return web.Spec.ClusterIP
+}
+
+// nodeImages are the images a real-node test imports into its nodes.
+type nodeImages struct {
+	all               []testbed.Archive // everything, for StartRealNodesForTest
+	backend, frontend testbed.Archive
+}
+
+// buildNodeImages skips t when real nodes (or, with dnsmasq, the dnsmasq
+// image) cannot run here, builds the Kubernetes binaries real nodes run
+// when they are not cached, then the pod images, the backend's and the
+// frontend's, and with dnsmasq the dnsmasq image.
+func buildNodeImages(ctx context.Context, t *testing.T, dnsmasq bool) nodeImages {
+	t.Helper()
+	if r := testbed.RealNodeUnavailable(); r != "" {
+		t.Skip("real nodes: " + r)
+	}
+	if r := images.BaseUnavailable(); r != "" {
+		t.Skip("frontend image: " + r)
+	}
+	if dnsmasq {
+		if r := testbed.DnsmasqUnavailable(); r != "" {
+			t.Skip("dnsmasq image: " + r)
+		}
+	}
+	if err := testbed.RealNodeBinaries(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	dir := t.TempDir()
+	all, err := testbed.BuildPodImages(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	builds := []func(context.Context, string) (testbed.Archive, error){testbed.BuildBackendImage, testbed.BuildFrontendImage}
+	if dnsmasq {
+		builds = append(builds, testbed.BuildDnsmasqImage)
+	}
+	var imgs nodeImages
+	for i, build := range builds {
+		a, err := build(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, a)
+		switch i {
+		case 0:
+			imgs.backend = a
+		case 1:
+			imgs.frontend = a
+		}
+	}
+	imgs.all = all
+	t.Logf("images built in %s", time.Since(start).Round(time.Millisecond))
+	return imgs
+}
+
+// kubeadmCluster starts the control plane and two real nodes with imgs, as
+// kubeadm leaves a cluster: the CoreDNS Deployment (2 replicas, kubeadm's
+// Corefile) behind kube-dns, a "web" DaemonSet behind a ClusterIP and a
+// headless Service, and the stub upstream answering externalName. It
+// returns the clients' checks of those names.
+func kubeadmCluster(ctx context.Context, t *testing.T, imgs nodeImages) (*testbed.Testbed, []*testbed.RealNode, []string) {
+	t.Helper()
+	start := time.Now()
+	tb, nodes := testbed.StartRealNodesForTest(t, []string{"node-a", "node-b"}, imgs.all)
+	c := tb.Client()
+	t.Logf("control plane and two nodes up in %s", time.Since(start).Round(time.Millisecond))
+	if err := tb.SetStubRecord(externalName, net.ParseIP(externalIP)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testbed.DeployCoreDNS(ctx, c, imgs.backend.Ref, 2); err != nil {
+		t.Fatal(err)
+	}
+	webIP := deployWeb(ctx, t, tb)
+	if err := testbed.WaitDeploymentReady(ctx, c, "kube-system", "coredns"); err != nil {
+		t.Fatal(err)
+	}
+	return tb, nodes, []string{
+		"web=" + webIP,
+		"web-headless=*",
+		"kubernetes.default=" + testbed.KubernetesServiceIP,
+		externalName + "=" + externalIP,
+	}
+}
+
+// chartValues are the tests' helm values: mode, kube-dns created by the
+// chart or not, the fallback Service open to the pods' and nodes'
+// networks, the images built here (never pulled), and podAnnotations (a
+// map the caller may change between upgrades, to change the pod template).
+func chartValues(frontend testbed.Archive, mode string, createService bool, podAnnotations map[string]any) map[string]any {
+	return map[string]any{
+		"podAnnotations": podAnnotations,
+		"mode":           mode,
+		"service":        map[string]any{"clusterIP": testbed.DNSServiceIP, "create": createService},
+		"fallback":       map[string]any{"clusterIP": "10.96.0.11", "allowedNetworks": []any{testbed.PodSubnet, testbed.NodeSubnet}},
+		"image": map[string]any{
+			"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
+			"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},
+			"tag":        frontend.Ref[strings.LastIndexByte(frontend.Ref, ':')+1:],
+			"pullPolicy": "Never",
+		},
+	}
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodedns/nodedns/helm"
-	"github.com/nodedns/nodedns/images"
 	"github.com/nodedns/nodedns/testbed"
 )
 
@@ -28,55 +26,13 @@ const linkLocalIP = "169.254.20.10"
 // recreated. Goal: no failed and no lost lookup, except for clients that
 // still name 169.254.20.10 once nodedns is gone.
 func TestLinkLocalFromKubeadmCoreDNS(t *testing.T) {
-	if r := testbed.RealNodeUnavailable(); r != "" {
-		t.Skip("real nodes: " + r)
-	}
-	if r := images.BaseUnavailable(); r != "" {
-		t.Skip("frontend image: " + r)
-	}
-	if err := testbed.RealNodeBinaries(); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	imgDir := t.TempDir()
-	archives, err := testbed.BuildPodImages(ctx, imgDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend, err := testbed.BuildBackendImage(ctx, imgDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	frontend, err := testbed.BuildFrontendImage(ctx, imgDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	archives = append(archives, backend, frontend)
-
-	start := time.Now()
-	tb, nodes := testbed.StartRealNodesForTest(t, []string{"node-a", "node-b"}, archives)
+	imgs := buildNodeImages(ctx, t, false)
+	frontend := imgs.frontend
+	tb, nodes, checks := kubeadmCluster(ctx, t, imgs)
 	c := tb.Client()
-	t.Logf("control plane and two nodes up in %s", time.Since(start).Round(time.Millisecond))
-	if err := tb.SetStubRecord(externalName, net.ParseIP(externalIP)); err != nil {
-		t.Fatal(err)
-	}
-
-	// a. As kubeadm leaves it.
-	if err := testbed.DeployCoreDNS(ctx, c, backend.Ref, 2); err != nil {
-		t.Fatal(err)
-	}
-	webIP := deployWeb(ctx, t, tb)
-	if err := testbed.WaitDeploymentReady(ctx, c, "kube-system", "coredns"); err != nil {
-		t.Fatal(err)
-	}
 	results := t.TempDir()
-	checks := []string{
-		"web=" + webIP,
-		"web-headless=*",
-		"kubernetes.default=" + testbed.KubernetesServiceIP,
-		externalName + "=" + externalIP,
-	}
 	for _, n := range nodes {
 		startGroupClient(ctx, t, tb, results, "old", "client-"+n.Name, n.Name, checks)
 	}
@@ -100,20 +56,8 @@ func TestLinkLocalFromKubeadmCoreDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag := frontend.Ref[strings.LastIndexByte(frontend.Ref, ':')+1:]
 	podAnnotations := map[string]any{}
-	values := map[string]any{
-		"podAnnotations": podAnnotations,
-		"mode":           "link-local",
-		"service":        map[string]any{"clusterIP": testbed.DNSServiceIP, "create": false},
-		"fallback":       map[string]any{"clusterIP": "10.96.0.11", "allowedNetworks": []any{testbed.PodSubnet, testbed.NodeSubnet}},
-		"image": map[string]any{
-			"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
-			"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},
-			"tag":        tag,
-			"pullPolicy": "Never",
-		},
-	}
+	values := chartValues(frontend, "link-local", false, podAnnotations)
 	steps.begin("b1. helm install nodedns --set mode=link-local --set service.create=false; rollout status", "helm install nodedns ./helm/nodedns -n kube-system -f nodedns-values.yaml --set mode=link-local --set service.create=false")
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace = helm.DefaultRelease, helm.DefaultNamespace
@@ -170,7 +114,7 @@ func TestLinkLocalFromKubeadmCoreDNS(t *testing.T) {
 	podAnnotations["nodedns.test/rollout"] = "2"
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace = helm.DefaultNamespace
-	start = time.Now()
+	start := time.Now()
 	if _, err := upgrade.RunWithContext(ctx, helm.DefaultRelease, chrt, values); err != nil {
 		t.Fatalf("helm upgrade: %v", err)
 	}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,14 +11,10 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/nodedns/nodedns/helm"
-	"github.com/nodedns/nodedns/images"
 	"github.com/nodedns/nodedns/testbed"
 )
 
@@ -47,57 +42,13 @@ const (
 // headless Service, kubernetes.default and an external name at 100
 // lookups/s. Goal: no failed and no lost lookup in any step.
 func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
-	if r := testbed.RealNodeUnavailable(); r != "" {
-		t.Skip("real nodes: " + r)
-	}
-	if r := images.BaseUnavailable(); r != "" {
-		t.Skip("frontend image: " + r)
-	}
-	if err := testbed.RealNodeBinaries(); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	imgDir := t.TempDir()
-	start := time.Now()
-	archives, err := testbed.BuildPodImages(ctx, imgDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend, err := testbed.BuildBackendImage(ctx, imgDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	frontend, err := testbed.BuildFrontendImage(ctx, imgDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	archives = append(archives, backend, frontend)
-	t.Logf("images built in %s", time.Since(start).Round(time.Millisecond))
-
-	start = time.Now()
-	tb, nodes := testbed.StartRealNodesForTest(t, []string{"node-a", "node-b"}, archives)
+	imgs := buildNodeImages(ctx, t, false)
+	backend, frontend := imgs.backend, imgs.frontend
+	tb, nodes, checks := kubeadmCluster(ctx, t, imgs)
 	c := tb.Client()
-	t.Logf("control plane and two nodes up in %s", time.Since(start).Round(time.Millisecond))
-	if err := tb.SetStubRecord(externalName, net.ParseIP(externalIP)); err != nil {
-		t.Fatal(err)
-	}
-
-	// a. As kubeadm leaves it.
-	if err := testbed.DeployCoreDNS(ctx, c, backend.Ref, 2); err != nil {
-		t.Fatal(err)
-	}
-	webIP := deployWeb(ctx, t, tb)
-	if err := testbed.WaitDeploymentReady(ctx, c, "kube-system", "coredns"); err != nil {
-		t.Fatal(err)
-	}
 	results := t.TempDir()
-	checks := []string{
-		"web=" + webIP,
-		"web-headless=*",
-		"kubernetes.default=" + testbed.KubernetesServiceIP,
-		externalName + "=" + externalIP,
-	}
 	for _, n := range nodes {
 		startClient(ctx, t, tb, n.Name, results, checks)
 	}
@@ -116,24 +67,13 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag := frontend.Ref[strings.LastIndexByte(frontend.Ref, ':')+1:]
 	podAnnotations := map[string]any{}
 	values := func(createService bool) map[string]any {
-		return map[string]any{
-			"podAnnotations": podAnnotations,
-			"mode":           "iptables",
-			"service":        map[string]any{"clusterIP": testbed.DNSServiceIP, "create": createService},
-			"fallback":       map[string]any{"clusterIP": "10.96.0.11", "allowedNetworks": []any{testbed.PodSubnet, testbed.NodeSubnet}},
-			// Test-only: step d2 creates this file to get the frontend
-			// OOM-killed (frontend/README.md, "ENVIRONMENT").
-			"frontend": map[string]any{"env": []any{map[string]any{"name": "NODEDNS_TEST_OOM_FILE", "value": oomFile}}},
-			"image": map[string]any{
-				"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
-				"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},
-				"tag":        tag,
-				"pullPolicy": "Never",
-			},
-		}
+		v := chartValues(frontend, "iptables", createService, podAnnotations)
+		// Test-only: step d2 creates this file to get the frontend
+		// OOM-killed (frontend/README.md, "ENVIRONMENT").
+		v["frontend"] = map[string]any{"env": []any{map[string]any{"name": "NODEDNS_TEST_OOM_FILE", "value": oomFile}}}
+		return v
 	}
 	steps.begin("b1. helm install nodedns --set service.create=false; rollout status", "helm install nodedns ./helm/nodedns -n kube-system -f nodedns-values.yaml --set service.create=false")
 	install := action.NewInstall(cfg)
@@ -188,7 +128,7 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	podAnnotations["nodedns.test/rollout"] = "2"
 	upgrade = action.NewUpgrade(cfg)
 	upgrade.Namespace = helm.DefaultNamespace
-	start = time.Now()
+	start := time.Now()
 	if _, err := upgrade.RunWithContext(ctx, helm.DefaultRelease, chrt, values(true)); err != nil {
 		t.Fatalf("helm upgrade: %v", err)
 	}
@@ -319,79 +259,17 @@ func report(t *testing.T, nodes []*testbed.RealNode, results string, steps *step
 	}
 }
 
-// deployWeb creates a pause DaemonSet with a ClusterIP Service "web" and a
-// headless Service "web-headless" in front of it, and returns web's IP.
+// deployWeb is deployWebOn for the tests' two nodes.
 func deployWeb(ctx context.Context, t *testing.T, tb *testbed.Testbed) string {
-	t.Helper()
-	c := tb.Client()
-	labels := map[string]string{"app": "web"}
-	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "pause", Image: testbed.PauseImage, ImagePullPolicy: corev1.PullNever,
-				}}},
-			},
-		},
-	}
-	if _, err := c.AppsV1().DaemonSets("default").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	port := []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}
-	web, err := c.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: port},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-headless"},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: port, ClusterIP: corev1.ClusterIPNone},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := testbed.WaitDaemonSetReady(ctx, c, "default", "web", 2); err != nil {
-		t.Fatal(err)
-	}
-	return web.Spec.ClusterIP
+	return deployWebOn(ctx, t, tb, 2)
 }
 
-// startClient runs `podtool load` on node, writing to dir/<node>/load.log
-// (a hostPath: the node's mount namespace sees the host's /tmp).
+// startClient runs `podtool load` as pod client-<node> on node, writing to
+// dir/client-<node>/load.log (a hostPath: the node's mount namespace sees
+// the host's /tmp).
 func startClient(ctx context.Context, t *testing.T, tb *testbed.Testbed, node, dir string, checks []string) {
 	t.Helper()
-	hostDir := filepath.Join(dir, node)
-	if err := os.MkdirAll(hostDir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	dirType := corev1.HostPathDirectory
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "client-" + node},
-		Spec: corev1.PodSpec{
-			NodeName: node,
-			Containers: []corev1.Container{{
-				Name: "load", Image: testbed.PodToolImage, ImagePullPolicy: corev1.PullNever,
-				Args:         append([]string{"load", "-rate", fmt.Sprint(clientRate), "-timeout", lookupTimeout.String(), "-out", "/results/load.log"}, checks...),
-				VolumeMounts: []corev1.VolumeMount{{Name: "results", MountPath: "/results"}},
-			}},
-			Volumes: []corev1.Volume{{Name: "results", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: &dirType}}}},
-		},
-	}
-	c := tb.Client()
-	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := waitUntil(ctx, func() bool {
-		p, err := c.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning
-	})
-	if err != nil {
-		t.Fatalf("client on %s: %v", node, err)
-	}
+	startGroupClient(ctx, t, tb, dir, "", "client-"+node, node, checks)
 }
 
 func helmConfig(t *testing.T, tb *testbed.Testbed) *action.Configuration {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -10,7 +11,6 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 
 	"github.com/nodedns/nodedns/helm"
-	"github.com/nodedns/nodedns/images"
 	"github.com/nodedns/nodedns/testbed"
 )
 
@@ -22,58 +22,16 @@ const lingerSeconds = 6
 // TestNodeIPSwitchWhileDnsmasqLingers: docs/migration.md's dnsmasq step 2
 // on one node whose old DNS pod takes lingerSeconds to let go of the node
 // IP's port 53 (dnsmasq with a preStop sleep: it answers until then). The
-// nodedns frontend starts before that and finds the port in use; it must
-// wait for it (--bind-retry) rather than exit, or kubelet's back-off
-// leaves the node without DNS after dnsmasq has gone.
+// nodedns frontend, started before the old pod is deleted, finds the port
+// in use for lingerSeconds and more; it must wait for it (bind retry)
+// rather than exit, or kubelet's back-off leaves the node without DNS
+// after dnsmasq has gone.
 func TestNodeIPSwitchWhileDnsmasqLingers(t *testing.T) {
-	if r := testbed.RealNodeUnavailable(); r != "" {
-		t.Skip("real nodes: " + r)
-	}
-	if r := testbed.DnsmasqUnavailable(); r != "" {
-		t.Skip("dnsmasq image: " + r)
-	}
-	if err := testbed.RealNodeBinaries(); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	imgDir := t.TempDir()
-	archives, err := testbed.BuildPodImages(ctx, imgDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, build := range []func(context.Context, string) (testbed.Archive, error){testbed.BuildBackendImage, testbed.BuildFrontendImage, testbed.BuildDnsmasqImage} {
-		a, err := build(ctx, imgDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		archives = append(archives, a)
-	}
-	backend, frontend := archives[len(archives)-3], archives[len(archives)-2]
-	tb, nodes := testbed.StartRealNodesForTestWith(t, []string{"node-a"}, testbed.RealNodeOptions{Images: archives, ClusterDNSNodeIP: true})
-	c := tb.Client()
-	if err := tb.SetStubRecord(externalName, net.ParseIP(externalIP)); err != nil {
-		t.Fatal(err)
-	}
-	deployDnsmasqDaemonSet(ctx, t, tb, backend.Ref, lingerSeconds)
-	webIP := deployWebOn(ctx, t, tb, 1)
-	if err := testbed.WaitDaemonSetReady(ctx, c, "kube-system", "dns", 1); err != nil {
-		t.Fatalf("%v\n%s", err, podStates(ctx, tb))
-	}
-	results := t.TempDir()
-	n := nodes[0]
-	startGroupClient(ctx, t, tb, results, n.Name, "client-"+n.Name, n.Name, []string{
-		"web=" + webIP, "web-headless=*", "kubernetes.default=" + testbed.KubernetesServiceIP, externalName + "=" + externalIP,
-	})
-	cfg := helmConfig(t, tb)
+	tb, n, results, install := startDnsmasqNode(ctx, t, lingerSeconds)
 	steps := &stepLog{}
-	installed := false
-	defer func() {
-		if installed {
-			_, _ = action.NewUninstall(cfg).Run(helm.DefaultRelease)
-		}
-	}()
-	defer reportGroups(t, nodes, results, steps, []string{n.Name}, func(step, _ string) (string, int) {
+	defer reportGroups(t, []*testbed.RealNode{n}, results, steps, []string{n.Name}, func(step, _ string) (string, int) {
 		if strings.HasPrefix(step, "i2") {
 			// The old dnsmasq answers until it exits; the frontend binds
 			// within BindRetryInterval (100 ms) of that: lookups sent in
@@ -86,32 +44,11 @@ func TestNodeIPSwitchWhileDnsmasqLingers(t *testing.T) {
 	})
 
 	steps.begin("i1. helm install (node-ip, nodeSelector); kubectl patch daemonset dns", "docs/migration.md dnsmasq step 1")
-	chrt, err := helm.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	install := action.NewInstall(cfg)
-	install.ReleaseName, install.Namespace = helm.DefaultRelease, helm.DefaultNamespace
-	if _, err := install.RunWithContext(ctx, chrt, map[string]any{
-		"mode":         "node-ip",
-		"nodeSelector": map[string]any{"nodedns.io/enabled": "true"},
-		"service":      map[string]any{"create": false},
-		"fallback":     map[string]any{"clusterIP": "10.96.0.11", "allowedNetworks": []any{testbed.PodSubnet, testbed.NodeSubnet}},
-		"image": map[string]any{
-			"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
-			"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},
-			"tag":        frontend.Ref[strings.LastIndexByte(frontend.Ref, ':')+1:],
-			"pullPolicy": "Never",
-		},
-	}); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
-	installed = true
-	kubectl(ctx, t, tb, "-n", "kube-system", "patch", "daemonset", "dns", "--type=merge", "-p", dnsmasqPatch)
+	install()
 	time.Sleep(10 * time.Second)
 
-	steps.begin("i2. kubectl label node node-a nodedns.io/enabled=true (old dnsmasq lingers 6 s)", "docs/migration.md dnsmasq step 2, old pod with a 6 s preStop")
-	t.Logf("i2: %s", watchSwitch(ctx, t, tb, n))
+	steps.begin("i2. docs/migration.md dnsmasq step 2 on node-a (old dnsmasq lingers 6 s)", "docs/migration.md dnsmasq step 2, old pod with a 6 s preStop")
+	t.Logf("i2: %s", switchNode(ctx, t, tb, n))
 	time.Sleep(10 * time.Second)
 	p := nodednsPod(ctx, t, tb, n.Name)
 	if cs, ok := containerStatus(p, "frontend"); !ok || cs.RestartCount > 0 {
@@ -119,6 +56,97 @@ func TestNodeIPSwitchWhileDnsmasqLingers(t *testing.T) {
 	}
 	t.Logf("frontend log:\n%s", grepLines(n.ContainerLogs("kube-system", "nodedns-", 200000), "in use", "bound the address", "serving"))
 	steps.end()
+}
+
+// TestNodeIPSwitchAfterBindWaitExpires: docs/migration.md's dnsmasq step 2
+// interrupted after the wait, for longer than the frontend waits for the
+// port (15 s). The frontend exits and kubelet starts it again while
+// dnsmasq keeps answering: nothing may be lost. Then the guide's way on:
+// the node's nodedns pod deleted, the wait and the second label again.
+func TestNodeIPSwitchAfterBindWaitExpires(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	tb, n, results, install := startDnsmasqNode(ctx, t, 0)
+	steps := &stepLog{}
+	defer reportGroups(t, []*testbed.RealNode{n}, results, steps, []string{n.Name}, func(step, _ string) (string, int) {
+		if strings.HasPrefix(step, "j3") {
+			return "queries sent between dnsmasq's exit and the frontend's bind (at most 100 ms later)", 50
+		}
+		return "", 0
+	})
+	steps.begin("j1. helm install (node-ip, nodeSelector); kubectl patch daemonset dns", "docs/migration.md dnsmasq step 1")
+	install()
+	time.Sleep(10 * time.Second)
+
+	steps.begin("j2. kubectl label node node-a nodedns.io/enabled=true; kubectl wait (frontend running); 25 s without the second label", "docs/migration.md dnsmasq step 2, interrupted")
+	kubectl(ctx, t, tb, "label", "node", n.Name, "nodedns.io/enabled=true")
+	kubectl(ctx, t, tb, "-n", "kube-system", "wait", "pod", "-l", "app.kubernetes.io/instance=nodedns", "--field-selector", "spec.nodeName="+n.Name,
+		"--for=create", "--for="+waitBackendStarted, "--for="+waitFrontendRunning, "--timeout=5m")
+	time.Sleep(25 * time.Second)
+	p := nodednsPod(ctx, t, tb, n.Name)
+	cs, _ := containerStatus(p, "frontend")
+	last := ""
+	if x := cs.LastTerminationState.Terminated; x != nil {
+		last = fmt.Sprintf("exit %d %s: %s", x.ExitCode, x.Reason, strings.TrimSpace(x.Message))
+	}
+	t.Logf("j2: frontend restarted %d times, last %s; log:\n%s", cs.RestartCount, last,
+		grepLines(n.ContainerLogs("kube-system", "nodedns-", 200000), "in use", "bound the address", "serving"))
+	if cs.RestartCount == 0 {
+		t.Errorf("the frontend did not exit after its 15 s wait for the port:\n%s", podStates(ctx, tb))
+	}
+
+	steps.begin("j3. kubectl delete pod (node-a's nodedns); kubectl wait (frontend running); kubectl label node node-a nodedns.io/old-dns=off", "docs/migration.md dnsmasq step 2, resumed")
+	kubectl(ctx, t, tb, "-n", "kube-system", "delete", "pod", "-l", "app.kubernetes.io/instance=nodedns", "--field-selector", "spec.nodeName="+n.Name)
+	t.Logf("j3: %s", switchNode(ctx, t, tb, n))
+	time.Sleep(10 * time.Second)
+	steps.end()
+}
+
+// startDnsmasqNode starts a one-node testbed whose kubelet points pods at
+// the node IP, where the dnsmasq + CoreDNS DaemonSet "dns" answers
+// (dnsmasq with a preStop sleep of preStopSleep seconds if > 0), and a
+// client pod resolving there into results. install is docs/migration.md's
+// dnsmasq step 1: nodedns installed for labelled nodes, the old DaemonSet
+// patched; it is uninstalled at the end of the test.
+func startDnsmasqNode(ctx context.Context, t *testing.T, preStopSleep int) (tb *testbed.Testbed, n *testbed.RealNode, results string, install func()) {
+	t.Helper()
+	imgs := buildNodeImages(ctx, t, true)
+	archives, backend, frontend := imgs.all, imgs.backend, imgs.frontend
+	tb, nodes := testbed.StartRealNodesForTestWith(t, []string{"node-a"}, testbed.RealNodeOptions{Images: archives, ClusterDNSNodeIP: true})
+	c := tb.Client()
+	if err := tb.SetStubRecord(externalName, net.ParseIP(externalIP)); err != nil {
+		t.Fatal(err)
+	}
+	deployDnsmasqDaemonSet(ctx, t, tb, backend.Ref, preStopSleep)
+	webIP := deployWebOn(ctx, t, tb, 1)
+	if err := testbed.WaitDaemonSetReady(ctx, c, "kube-system", "dns", 1); err != nil {
+		t.Fatalf("%v\n%s", err, podStates(ctx, tb))
+	}
+	results = t.TempDir()
+	n = nodes[0]
+	startGroupClient(ctx, t, tb, results, n.Name, "client-"+n.Name, n.Name, []string{
+		"web=" + webIP, "web-headless=*", "kubernetes.default=" + testbed.KubernetesServiceIP, externalName + "=" + externalIP,
+	})
+	cfg := helmConfig(t, tb)
+	install = func() {
+		t.Helper()
+		chrt, err := helm.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := action.NewInstall(cfg)
+		in.ReleaseName, in.Namespace = helm.DefaultRelease, helm.DefaultNamespace
+		values := chartValues(frontend, "node-ip", false, nil)
+		values["nodeSelector"] = map[string]any{"nodedns.io/enabled": "true"}
+		if _, err := in.RunWithContext(ctx, chrt, values); err != nil {
+			t.Fatalf("helm install: %v", err)
+		}
+		// After the test's defers (the report), before the testbed's
+		// own cleanup, registered earlier.
+		t.Cleanup(func() { _, _ = action.NewUninstall(cfg).Run(helm.DefaultRelease) })
+		kubectl(ctx, t, tb, "-n", "kube-system", "patch", "daemonset", "dns", "--type=merge", "-p", dnsmasqPatch)
+	}
+	return tb, n, results, install
 }
 
 // grepLines returns the lines of s that contain any of subs.
