@@ -1,17 +1,23 @@
 package main
 
-import "testing"
+import (
+	"io"
+	"testing"
+	"time"
+)
 
-// TestBindRetryByMode: only node-ip mode waits for an address in use (the
-// node IP's port 53, held by the DNS server being replaced); the other
-// modes fail at once, as before.
-func TestBindRetryByMode(t *testing.T) {
-	for mode, want := range map[string]bool{"node-ip": true, "iptables": false, "link-local": false} {
-		if got := bindRetry(mode); (got > 0) != want {
-			t.Errorf("bindRetry(%q) = %s, want retrying %v", mode, got, want)
-		}
+// TestBindTimeoutFlag: --bind-timeout reaches the server's BindRetry; by
+// default an address in use fails at once; a negative wait is refused.
+func TestBindTimeoutFlag(t *testing.T) {
+	cfg, err := parseConfig([]string{"--setup-network=false", "--listen=127.0.0.1:53"}, io.Discard)
+	if err != nil || cfg.bindTimeout != 0 {
+		t.Fatalf("default: %v, %v; want 0", cfg.bindTimeout, err)
 	}
-	if nodeIPBindRetry >= 30e9 {
-		t.Errorf("nodeIPBindRetry %s: must stay below the chart's liveness probe (3 x 10 s) while /health is not up", nodeIPBindRetry)
+	cfg, err = parseConfig([]string{"--setup-network=false", "--listen=127.0.0.1:53", "--bind-timeout=5m"}, io.Discard)
+	if err != nil || cfg.bindTimeout != 5*time.Minute {
+		t.Fatalf("--bind-timeout=5m: %v, %v", cfg.bindTimeout, err)
+	}
+	if _, err := parseConfig([]string{"--setup-network=false", "--listen=127.0.0.1:53", "--bind-timeout=-1s"}, io.Discard); err == nil {
+		t.Fatal("--bind-timeout=-1s accepted")
 	}
 }

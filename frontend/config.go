@@ -72,6 +72,7 @@ type config struct {
 	logLevel        string
 	maxInflight     int
 	shutdownTimeout time.Duration
+	bindTimeout     time.Duration
 	handoverDir     string
 	holderDir       string
 	cache           cache.Config
@@ -117,6 +118,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.maxInflight, "max-inflight", server.DefaultMaxInflight, "misses resolved at once; past it queries are answered SERVFAIL")
 	fs.IntVar(&cfg.maxInflightPerSource, "max-inflight-per-source", 0, "misses of one client address resolved at once; past it its queries are answered SERVFAIL; 0 means an eighth of --max-inflight")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long in-flight queries may take before teardown")
+	durationVar(fs, &cfg.bindTimeout, "bind-timeout", 0, "how long a --listen address another process holds is tried again, every 100ms, before the frontend exits; 0 fails at once (node-ip mode: the DNS server being replaced may still hold the node IP's port 53)")
 	fs.StringVar(&cfg.handoverDir, "handover-dir", defaultHandoverDir, "`DIR` of the unix socket through which a newer instance takes the sockets over; empty disables")
 	fs.StringVar(&cfg.holderDir, "holder-dir", "", "`DIR` of the socket holder's unix socket (nodedns-frontend hold), which keeps this instance's sockets open across a crash; empty disables")
 	fs.IntVar(&cfg.cache.Size, "cache-size", c.Size, "positive answers cached")
@@ -200,6 +202,9 @@ func (c config) validate() error {
 	}
 	if c.maxInflightPerSource < 0 || c.maxInflightPerSource > max(c.maxInflight, 1) {
 		errs = append(errs, fmt.Errorf("--max-inflight-per-source %d: want 0 (an eighth of --max-inflight) up to --max-inflight (%d)", c.maxInflightPerSource, c.maxInflight))
+	}
+	if c.bindTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--bind-timeout %v: must not be negative", c.bindTimeout))
 	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v: must be positive", c.shutdownTimeout))

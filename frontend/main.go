@@ -158,7 +158,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		// ready (DESIGN.md, "Lifecycle rules"): bind them before that.
 		FreeBind:  cfg.setupNetwork,
 		Inherited: inherited,
-		BindRetry: bindRetry(cfg.mode),
+		BindRetry: cfg.bindTimeout,
 	}, res, log.Named("server"), reg)
 	if err != nil {
 		abort()

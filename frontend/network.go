@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
@@ -264,22 +263,4 @@ func (noNetwork) Teardown(_ context.Context, drain func()) error {
 func (noNetwork) Leave() {}
 func (noNetwork) Status() (bool, string) {
 	return true, "node network not managed (--setup-network=false)"
-}
-
-// nodeIPBindRetry is how long the frontend waits in node-ip mode for the
-// node IP's port 53 while another process holds it: the DNS server it
-// replaces (dnsmasq on the node IP, without SO_REUSEPORT) lets go of it
-// only when its pod has stopped, which may be after this pod started. It
-// stays below the liveness probe's 3 x 10 s, as /health comes up after
-// the bind.
-const nodeIPBindRetry = 15 * time.Second
-
-// bindRetry is server.Config.BindRetry for mode: in node-ip mode an
-// address in use is waited for; the other modes' addresses are the
-// frontend's own (or shared with SO_REUSEPORT), and a conflict fails at once.
-func bindRetry(mode string) time.Duration {
-	if mode == "node-ip" {
-		return nodeIPBindRetry
-	}
-	return 0
 }
