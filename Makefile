@@ -68,7 +68,7 @@ APICOST_FLAGS ?=
 apicost: build ## Measure what nodedns backends cost kube-apiserver next to kube-proxy's watches (root; ~25 min; tables in bin/apicost.md).
 	NODEDNS_ETCD=$${NODEDNS_ETCD:-$$(apicost/build-etcd.sh)} $(GO) run ./apicost/cmd/nodedns-apicost -out $(BIN)/apicost.md $(APICOST_FLAGS)
 
-tools: ## Build the testbed's Kubernetes binaries: kube-apiserver, kube-proxy, and kubelet, controller-manager, scheduler, kubectl for real nodes (first time ~20 min; cached in ~/.cache/nodedns).
+tools: ## Build the testbed's Kubernetes binaries: kube-apiserver, kube-proxy, and kubelet, controller-manager, scheduler, kubectl for real nodes (first time about 3.5 min on two cores; cached in ~/.cache/nodedns).
 	tools/k8s/build.sh realnode
 
 testbed: tools ## Run etcd + kube-apiserver in the foreground; prints a kubeconfig; Ctrl-C stops.

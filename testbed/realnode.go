@@ -96,8 +96,8 @@ func RealNodeUnavailable() string {
 }
 
 // RealNodeBinaries builds the Kubernetes binaries real nodes run, when not
-// cached (kubelet ~4.5 minutes on two idle cores, the controllers and
-// kubectl ~2 more): tests call it before they start their clocks.
+// cached (about a minute on two cores after kube-apiserver's build):
+// tests call it before they start their clocks.
 func RealNodeBinaries() error {
 	for _, b := range KubernetesBinaries {
 		if _, err := Binary(b); err != nil {
