@@ -1,6 +1,9 @@
 package cache
 
-import "github.com/miekg/dns"
+import (
+	"github.com/miekg/dns"
+	"github.com/nodedns/nodedns/frontend/dnswire"
+)
 
 // classify returns the kind of answer m is and the largest TTL its records
 // may keep. m's question is the one the entry is keyed by.
@@ -47,14 +50,14 @@ func answers(rrs []dns.RR, q dns.Question) bool {
 		var target string
 		for _, rr := range rrs {
 			h := rr.Header()
-			if !equalFold(h.Name, name) {
+			if !dnswire.EqualName(h.Name, name) {
 				continue
 			}
 			if h.Rrtype == q.Qtype || q.Qtype == dns.TypeANY {
 				return true
 			}
 			if cn, ok := rr.(*dns.CNAME); ok {
-				if target != "" && !equalFold(target, cn.Target) {
+				if target != "" && !dnswire.EqualName(target, cn.Target) {
 					return false
 				}
 				target = cn.Target
@@ -66,24 +69,4 @@ func answers(rrs []dns.RR, q dns.Question) bool {
 		name = target
 	}
 	return false
-}
-
-// equalFold compares names ignoring ASCII case only (RFC 4343 §3).
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range len(a) {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }

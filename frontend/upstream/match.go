@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/miekg/dns"
+	"github.com/nodedns/nodedns/frontend/dnswire"
 )
 
 // MatchQuestion reports, as an error wrapping ErrMismatch, how r fails to
@@ -32,30 +33,9 @@ func MatchQuestion(r *dns.Msg, q dns.Question) error {
 		return fmt.Errorf("%w: %d questions", ErrMismatch, len(r.Question))
 	}
 	rq := r.Question[0]
-	if rq.Qtype != q.Qtype || rq.Qclass != q.Qclass || !equalFoldASCII(rq.Name, q.Name) {
+	if rq.Qtype != q.Qtype || rq.Qclass != q.Qclass || !dnswire.EqualName(rq.Name, q.Name) {
 		return fmt.Errorf("%w: question %s %s %s, want %s %s %s", ErrMismatch,
 			rq.Name, dns.Class(rq.Qclass), dns.Type(rq.Qtype), q.Name, dns.Class(q.Qclass), dns.Type(q.Qtype))
 	}
 	return nil
-}
-
-// equalFoldASCII compares names ignoring the case of ASCII letters only
-// (RFC 4343 section 3): other octets compare as they are.
-func equalFoldASCII(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }

@@ -1,8 +1,6 @@
 package gen
 
 import (
-	"fmt"
-	"io"
 	"sort"
 	"time"
 )
@@ -43,16 +41,4 @@ func (l *slowList) add(s Slow) {
 	if len(*l) > keepSlowest {
 		*l = (*l)[:keepSlowest]
 	}
-}
-
-// WriteSlowest writes the slowest lookups, one a line.
-func (r *Result) WriteSlowest(w io.Writer) error {
-	for _, s := range r.Slowest {
-		if _, err := fmt.Fprintf(w, "%s  %-8v late %-8v %s, %d queries (%d resent), slowest exchange %v: %s\n",
-			s.Due.UTC().Format("15:04:05.000000"), round(s.Latency), round(s.Late), s.Outcome,
-			s.Queries, s.Retries, round(s.SlowestExchange), s.SlowestName); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -186,10 +186,10 @@ func kubectl(ctx context.Context, t *testing.T, tb *testbed.Testbed, args ...str
 	return string(out)
 }
 
-// deployWebOn is deployWeb for a cluster of nodes nodes: a pause DaemonSet
+// deployWeb creates, on a cluster of nodes nodes, a pause DaemonSet
 // "web" behind a ClusterIP Service "web" and a headless "web-headless"; it
 // returns web's ClusterIP.
-func deployWebOn(ctx context.Context, t *testing.T, tb *testbed.Testbed, nodes int32) string {
+func deployWeb(ctx context.Context, t *testing.T, tb *testbed.Testbed, nodes int32) string {
 	t.Helper()
 	c := tb.Client()
 	labels := map[string]string{"app": "web"}
@@ -300,7 +300,7 @@ func kubeadmCluster(ctx context.Context, t *testing.T, imgs nodeImages) (*testbe
 	if err := testbed.DeployCoreDNS(ctx, c, imgs.backend.Ref, 2); err != nil {
 		t.Fatal(err)
 	}
-	webIP := deployWeb(ctx, t, tb)
+	webIP := deployWeb(ctx, t, tb, 2)
 	if err := testbed.WaitDeploymentReady(ctx, c, "kube-system", "coredns"); err != nil {
 		t.Fatal(err)
 	}

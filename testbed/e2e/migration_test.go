@@ -259,11 +259,6 @@ func report(t *testing.T, nodes []*testbed.RealNode, results string, steps *step
 	}
 }
 
-// deployWeb is deployWebOn for the tests' two nodes.
-func deployWeb(ctx context.Context, t *testing.T, tb *testbed.Testbed) string {
-	return deployWebOn(ctx, t, tb, 2)
-}
-
 // startClient runs `podtool load` as pod client-<node> on node, writing to
 // dir/client-<node>/load.log (a hostPath: the node's mount namespace sees
 // the host's /tmp).

@@ -125,7 +125,7 @@ func startDnsmasqNode(ctx context.Context, t *testing.T, preStopSleep int) (tb *
 		t.Fatal(err)
 	}
 	deployDnsmasqDaemonSet(ctx, t, tb, backend.Ref, preStopSleep)
-	webIP := deployWebOn(ctx, t, tb, 1)
+	webIP := deployWeb(ctx, t, tb, 1)
 	if err := testbed.WaitDaemonSetReady(ctx, c, "kube-system", "dns", 1); err != nil {
 		t.Fatalf("%v\n%s", err, podStates(ctx, tb))
 	}

@@ -71,7 +71,7 @@ func TestNodeIPFromDnsmasqDaemonSet(t *testing.T) {
 
 	// a. The dnsmasq + CoreDNS DaemonSet, pods pointed at their node's IP.
 	deployDnsmasqDaemonSet(ctx, t, tb, backend.Ref, 0)
-	webIP := deployWeb(ctx, t, tb)
+	webIP := deployWeb(ctx, t, tb, 2)
 	if err := testbed.WaitDaemonSetReady(ctx, c, "kube-system", "dns", 2); err != nil {
 		t.Fatalf("%v\n%s", err, podStates(ctx, tb))
 	}
