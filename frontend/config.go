@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodedns/nodedns/frontend/cache"
 	"github.com/nodedns/nodedns/frontend/gate"
+	"github.com/nodedns/nodedns/frontend/resolver"
 	"github.com/nodedns/nodedns/frontend/server"
 )
 
@@ -27,6 +28,7 @@ const (
 	defaultSyncInterval    = 10 * time.Second
 	defaultBackendReadyURL = "http://127.0.0.1:8181/ready"
 	defaultHandoverDir     = "/run/nodedns"
+	defaultClusterDomain   = "cluster.local"
 	// defaultShutdownTimeout bounds the drain on SIGTERM: well above a
 	// backend round trip, well below Kubernetes' 30s grace period, so that
 	// teardown still runs before SIGKILL.
@@ -76,6 +78,8 @@ type config struct {
 	handoverDir     string
 	holderDir       string
 	cache           cache.Config
+	clusterDomain   string
+	searchPrefetch  bool
 	version         bool
 
 	// maxInflightPerSource bounds one client's misses in flight; 0 is
@@ -129,6 +133,8 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	durationVar(fs, &cfg.cache.ServfailTTL, "servfail-ttl", c.ServfailTTL, "how long a backend SERVFAIL is cached (at most 5m); 0 disables")
 	durationVar(fs, &cfg.cache.ServeStale, "serve-stale", c.ServeStale, "how long past expiry an answer may be served when the backend fails (RFC 8767); 0 disables")
 	fs.IntVar(&cfg.cache.PrefetchHits, "prefetch", c.PrefetchHits, "hits that make an entry near expiry refreshed in the background; 0 disables")
+	fs.StringVar(&cfg.clusterDomain, "cluster-domain", defaultClusterDomain, "kubelet's --cluster-domain `DOMAIN`, whose search path --search-prefetch follows")
+	fs.BoolVar(&cfg.searchPrefetch, "search-prefetch", true, "a miss of NAME.NAMESPACE.svc.DOMAIN (NAME of two labels or more) also fetches NAME.svc.DOMAIN and NAME.DOMAIN, a pod's next two tries")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
 	return fs
 }
@@ -214,7 +220,8 @@ func (c config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel))
 	}
-	if err := c.cache.Validate(); err != nil {
+	// The cache flags, and --cluster-domain with --search-prefetch.
+	if err := c.resolverConfig("53").Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -280,4 +287,14 @@ func (d *durationFlag) Set(s string) error {
 	}
 	*d = durationFlag(v)
 	return nil
+}
+
+// resolverConfig returns the resolver's part of the flags; port names the
+// server in CoreDNS's series.
+func (c config) resolverConfig(port string) resolver.Config {
+	rc := resolver.Config{Cache: c.cache, Server: "dns://:" + port}
+	if c.searchPrefetch {
+		rc.ClusterDomain = c.clusterDomain
+	}
+	return rc
 }

@@ -101,7 +101,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	// CoreDNS names a server block by its port ("dns://:53"), whatever it
 	// binds; dashboards filter on that.
 	_, port, _ := net.SplitHostPort(cfg.listen[0])
-	res, err := resolver.New(resolver.Config{Cache: cfg.cache, Server: "dns://:" + port}, pool, reg, log, nil)
+	res, err := resolver.New(cfg.resolverConfig(port), pool, reg, log, nil)
 	if err != nil {
 		return err
 	}

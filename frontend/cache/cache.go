@@ -200,6 +200,17 @@ func (c *Cache) Get(dst []byte, q *dnswire.Query, limit int) ([]byte, Result) {
 	return e.write(dst, q, age(now, e.stored), stale, limit), res
 }
 
+// Fresh reports whether key has an answer Get would serve without a miss,
+// without counting a lookup or touching the entry's place in the LRU.
+func (c *Cache) Fresh(key []byte) bool {
+	s, h := c.shard(key)
+	now := c.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookup(h, key)
+	return e != nil && (now < e.expiry || (now < e.recheck && now < e.staleT))
+}
+
 // GetStale writes the answer for q, fresh or expired up to the serve-stale
 // window (TTLs capped at StaleTTL), into dst[:0], for when the backend
 // fails (RFC 8767 §5). A cached SERVFAIL is never served stale.

@@ -18,17 +18,25 @@ type Config struct {
 	// series, in CoreDNS's form: "dns://" and the listen address. Default
 	// "dns://:53".
 	Server string
+	// ClusterDomain is kubelet's --cluster-domain: a miss of a name in a
+	// pod's first search domain also fetches the pod's next two tries
+	// (search-path prefetch, search.go). Empty disables it. Default
+	// "cluster.local".
+	ClusterDomain string
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
-	return Config{Cache: cache.DefaultConfig(), Server: "dns://:53"}
+	return Config{Cache: cache.DefaultConfig(), Server: "dns://:53", ClusterDomain: "cluster.local"}
 }
 
 // Validate reports every invalid field.
 func (c Config) Validate() error {
 	var errs []error
 	if err := c.Cache.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := newSearchPath(c.ClusterDomain); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Server == "" {

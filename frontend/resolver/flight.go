@@ -72,7 +72,7 @@ func (r *Resolver) join(ctx context.Context, key []byte, detach bool) *flight {
 		r.shared()
 		return f
 	}
-	f := &flight{key: bytes.Clone(key), done: make(chan struct{})}
+	f := newFlight(key)
 	if r.closed {
 		r.mu.Unlock()
 		r.fly(ctx, f)
@@ -84,13 +84,13 @@ func (r *Resolver) join(ctx context.Context, key []byte, detach bool) *flight {
 		r.fly(ctx, f)
 		return f
 	}
-	r.wg.Add(1)
-	r.mu.Unlock()
-	go func() {
-		defer r.wg.Done()
-		r.fly(r.ctx, f)
-	}()
+	r.detach(f, 0)
 	return f
+}
+
+// newFlight returns a flight for key, which it copies.
+func newFlight(key []byte) *flight {
+	return &flight{key: bytes.Clone(key), done: make(chan struct{})}
 }
 
 // fly runs f's exchange. An answer other than SERVFAIL is stored at once,

@@ -56,21 +56,24 @@ type metrics struct {
 	duration    *sharedmetrics.ShardedHistogram
 	servedStale sharedmetrics.ShardedCounter
 	prefetch    *vm.Counter
-	malformed   map[*dnswire.ParseError]*vm.Counter
-	mismatch    *vm.Counter
-	upErrors    *vm.Counter
+	// searchPrefetch counts the exchanges started by search-path prefetch.
+	searchPrefetch *vm.Counter
+	malformed      map[*dnswire.ParseError]*vm.Counter
+	mismatch       *vm.Counter
+	upErrors       *vm.Counter
 }
 
 // Families of the resolver's series.
 const (
-	requestsFamily    = sharedmetrics.CoreDNSNamespace + "_dns_requests_total"
-	responsesFamily   = sharedmetrics.CoreDNSNamespace + "_dns_responses_total"
-	durationFamily    = sharedmetrics.CoreDNSNamespace + "_dns_request_duration_seconds"
-	servedStaleFamily = sharedmetrics.CoreDNSNamespace + "_cache_served_stale_total"
-	prefetchFamily    = sharedmetrics.CoreDNSNamespace + "_cache_prefetch_total"
-	malformedFamily   = sharedmetrics.Namespace + "_malformed_queries_total"
-	mismatchFamily    = sharedmetrics.Namespace + "_upstream_mismatch_total"
-	upErrorsFamily    = sharedmetrics.Namespace + "_upstream_errors_total"
+	requestsFamily       = sharedmetrics.CoreDNSNamespace + "_dns_requests_total"
+	responsesFamily      = sharedmetrics.CoreDNSNamespace + "_dns_responses_total"
+	durationFamily       = sharedmetrics.CoreDNSNamespace + "_dns_request_duration_seconds"
+	servedStaleFamily    = sharedmetrics.CoreDNSNamespace + "_cache_served_stale_total"
+	prefetchFamily       = sharedmetrics.CoreDNSNamespace + "_cache_prefetch_total"
+	searchPrefetchFamily = sharedmetrics.Namespace + "_search_prefetch_total"
+	malformedFamily      = sharedmetrics.Namespace + "_malformed_queries_total"
+	mismatchFamily       = sharedmetrics.Namespace + "_upstream_mismatch_total"
+	upErrorsFamily       = sharedmetrics.Namespace + "_upstream_errors_total"
 
 	cacheEntriesFamily   = sharedmetrics.CoreDNSNamespace + "_cache_entries"
 	cacheHitsFamily      = sharedmetrics.CoreDNSNamespace + "_cache_hits_total"
@@ -145,6 +148,8 @@ func newMetrics(set *vm.Set, srv string, c *cache.Cache) *metrics {
 	m.servedStale = sharedmetrics.NewShardedCounters(set, name(servedStaleFamily, "server", srv, "zones", zone, "view", view))[0]
 	sharedmetrics.Help(prefetchFamily, "The number of times the cache has prefetched a cached item.")
 	m.prefetch = set.NewCounter(name(prefetchFamily, "server", srv, "zones", zone, "view", view))
+	sharedmetrics.Help(searchPrefetchFamily, "Exchanges a miss in a pod's first search domain started for the pod's next two tries (search-path prefetch).")
+	m.searchPrefetch = set.NewCounter(searchPrefetchFamily)
 
 	sharedmetrics.Help(malformedFamily, "Queries rejected by the parser, by reason (answered FORMERR, NOTIMP or BADVERS, or dropped).")
 	for _, e := range dnswire.Reasons {

@@ -38,6 +38,7 @@ func TestMetricsLabels(t *testing.T) {
 		"coredns_cache_served_stale_total":     {"server,zones,view", "counter"},
 		"nodedns_malformed_queries_total":      {"reason", "counter"},
 		"nodedns_upstream_mismatch_total":      {"", "counter"},
+		"nodedns_search_prefetch_total":        {"", "counter"},
 		"nodedns_upstream_errors_total":        {"", "counter"},
 	}
 	types := families(t, set)

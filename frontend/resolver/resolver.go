@@ -47,6 +47,7 @@ type Resolver struct {
 	cache  *cache.Cache // always non-nil
 	ex     Exchanger    // always non-nil
 	shared func()       // called for each miss that joins a running flight; always non-nil
+	search *searchPath  // nil: no search-path prefetch
 	log    *zap.Logger
 	m      *metrics
 
@@ -77,13 +78,17 @@ func New(cfg Config, ex Exchanger, set *vm.Set, log *zap.Logger, now func() time
 	if log == nil {
 		log = zap.NewNop()
 	}
+	search, err := newSearchPath(cfg.ClusterDomain)
+	if err != nil {
+		return nil, fmt.Errorf("resolver config: %w", err)
+	}
 	shared := func() {}
 	if co, ok := ex.(Coalescer); ok {
 		shared = co.CountCoalesced
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Resolver{
-		cfg: cfg, cache: c, ex: ex, shared: shared, log: log.Named("resolver"),
+		cfg: cfg, cache: c, ex: ex, shared: shared, search: search, log: log.Named("resolver"),
 		m:   newMetrics(set, cfg.Server, c),
 		ctx: ctx, cancel: cancel, flights: make(map[string]*flight),
 	}, nil
@@ -151,6 +156,9 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 	var resp *dns.Msg
 	var err error
 	_, stale, ok := r.cache.GetStale(dst[:0], &q, limit)
+	if r.search != nil {
+		r.searchPrefetch(key)
+	}
 	f := r.join(ctx, key, ok && stale)
 	if ok && stale {
 		// An expired answer is there to serve: wait for the backend only

@@ -164,6 +164,8 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- $f = append $f (list "servfail-ttl" (toString $c.servfailTTL)) -}}
 {{- $f = append $f (list "serve-stale" (toString $c.serveStale)) -}}
 {{- $f = append $f (list "prefetch" (int64 $c.prefetchHits | toString)) -}}
+{{- $f = append $f (list "cluster-domain" .Values.clusterDomain) -}}
+{{- $f = append $f (list "search-prefetch" (toString $c.searchPrefetch)) -}}
 {{- $s := list -}}
 {{- range $f -}}
 {{- $s = append $s (list (index . 0) (printf "NODEDNS_%s" (index . 0 | upper | replace "-" "_")) (index . 1)) -}}

@@ -1,0 +1,248 @@
+package resolver
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/frontend/dnswire"
+	"github.com/nodedns/nodedns/frontend/server"
+	"github.com/nodedns/nodedns/shared/metrics/metricstest"
+)
+
+func TestSearchPathNext(t *testing.T) {
+	tests := []struct {
+		domain, name string
+		want         []string
+	}{
+		{"cluster.local", "a.example.com.team-a.svc.cluster.local.", []string{"a.example.com.svc.cluster.local.", "a.example.com.cluster.local."}},
+		{"cluster.local", "Web-0.Nginx.Team-A.SVC.Cluster.Local.", []string{"web-0.nginx.svc.cluster.local.", "web-0.nginx.cluster.local."}},
+		{"Corp.Example.", "x.y.ns.svc.corp.example.", []string{"x.y.svc.corp.example.", "x.y.corp.example."}},
+		{"cluster.local", "web.team-a.svc.cluster.local.", nil}, // one label: the usual Service name
+		{"cluster.local", "team-a.svc.cluster.local.", nil},
+		{"cluster.local", "svc.cluster.local.", nil},
+		{"cluster.local", "a.b.svc.cluster.local.", nil}, // NS is b, NAME one label
+		{"cluster.local", "a.b.c.svc.other.local.", nil},
+		{"cluster.local", "a.b.c.xsvc.cluster.local.", nil},
+		{"cluster.local", "a.b.example.com.", nil},
+	}
+	for _, tt := range tests {
+		s, err := newSearchPath(tt.domain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var q dnswire.Query
+		if err := dnswire.ParseQuery(pack(t, tt.name, dns.TypeAAAA, nil), &q); err != nil {
+			t.Fatal(err)
+		}
+		var b [2][dnswire.MaxKeyLen]byte
+		var got []string
+		for _, k := range s.next(q.Key(), &b) {
+			name, _, err := dns.UnpackDomainName(dnswire.KeyName(k), 0)
+			if err != nil {
+				t.Fatalf("%s: key %q: %v", tt.name, k, err)
+			}
+			qt, qc, fl := dnswire.KeyQuestion(k)
+			if qt != dns.TypeAAAA || qc != dns.ClassINET || fl != 0 {
+				t.Errorf("%s: key %q: type %d class %d flags %d", tt.name, k, qt, qc, fl)
+			}
+			got = append(got, name)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s (domain %s): next %q, want %q", tt.name, tt.domain, got, tt.want)
+		}
+	}
+	for _, bad := range []string{".", "a..b"} {
+		if _, err := newSearchPath(bad); err == nil {
+			t.Errorf("cluster domain %q accepted", bad)
+		}
+	}
+}
+
+// nxdomain answers every question NXDOMAIN with an SOA, as the kubernetes
+// plugin does for a name that is not in the cluster.
+func nxdomain(t testing.TB) func(m *dns.Msg) (*dns.Msg, error) {
+	return records(t, dns.RcodeNameError, "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5")
+}
+
+// TestSearchPrefetch follows a pod's lookup of a name that does not exist
+// through its search path: the first try's miss fetches the next two, which
+// are then hits, and the last try, the name as it is, is a miss of its own.
+func TestSearchPrefetch(t *testing.T) {
+	ex := &fakeExchanger{}
+	ex.set(nxdomain(t))
+	r, set := newResolver(t, DefaultConfig(), ex, &clock{t: time.Unix(1e9, 0)})
+	edns := func(m *dns.Msg) { m.SetEdns0(1232, true) }
+
+	serve(t, r, pack(t, "Rnd1.Example.Net.team-a.svc.cluster.local.", dns.TypeA, edns), server.UDP)
+	r.wg.Wait() // the prefetches
+	var asked []string
+	for _, m := range ex.calls {
+		if !m.IsEdns0().Do() || m.Question[0].Qtype != dns.TypeA {
+			t.Errorf("exchange %v: want type A and DO as the pod's query", m.Question[0])
+		}
+		asked = append(asked, m.Question[0].Name)
+	}
+	slices.Sort(asked)
+	want := []string{"rnd1.example.net.cluster.local.", "rnd1.example.net.svc.cluster.local.", "rnd1.example.net.team-a.svc.cluster.local."}
+	if !slices.Equal(asked, want) {
+		t.Fatalf("backend asked %q, want %q", asked, want)
+	}
+	for _, name := range []string{"rnd1.example.net.svc.cluster.local.", "rnd1.example.net.cluster.local."} {
+		resp, hit := serve(t, r, pack(t, name, dns.TypeA, edns), server.UDP)
+		if !hit {
+			t.Errorf("%s: miss after the search-path prefetch", name)
+		}
+		if m := unpack(t, resp); m.Rcode != dns.RcodeNameError || m.Question[0].Name != name {
+			t.Errorf("%s: answer %v", name, m)
+		}
+	}
+	// Only the type asked is prefetched.
+	if r.cache.Fresh(keyOf(t, "rnd1.example.net.svc.cluster.local.", dns.TypeAAAA, edns)) {
+		t.Error("AAAA cached: only the type asked is prefetched")
+	}
+	if n := ex.ncalls(); n != 3 {
+		t.Errorf("%d exchanges, want 3", n)
+	}
+	if got := metricstest.Value(t, set, "nodedns_search_prefetch_total"); got != 2 {
+		t.Errorf("nodedns_search_prefetch_total = %v, want 2", got)
+	}
+
+	// A second miss of the first try (its NXDOMAIN expired, say) starts
+	// nothing for tries that are still cached.
+	r.searchPrefetch(keyOf(t, "rnd1.example.net.team-a.svc.cluster.local.", dns.TypeA, edns))
+	r.wg.Wait()
+	if n := ex.ncalls(); n != 3 {
+		t.Errorf("%d exchanges after a prefetch of cached names, want 3", n)
+	}
+}
+
+func keyOf(t testing.TB, name string, qtype uint16, edit func(*dns.Msg)) []byte {
+	var q dnswire.Query
+	if err := dnswire.ParseQuery(pack(t, name, qtype, edit), &q); err != nil {
+		t.Fatal(err)
+	}
+	return append([]byte(nil), q.Key()...)
+}
+
+// TestSearchPrefetchSkips: no prefetch for a one-label name, outside the
+// first search domain, or with the feature off.
+func TestSearchPrefetchSkips(t *testing.T) {
+	for _, tt := range []struct {
+		domain, name string
+	}{
+		{"cluster.local", "web.team-a.svc.cluster.local."},
+		{"cluster.local", "a.example.com."},
+		{"cluster.local", "a.example.svc.cluster.local."}, // NS example, one label
+		{"cluster.local", "a.example.com.team-a.svc.other.local."},
+		{"", "a.example.com.team-a.svc.cluster.local."},
+	} {
+		ex := &fakeExchanger{}
+		ex.set(nxdomain(t))
+		cfg := DefaultConfig()
+		cfg.ClusterDomain = tt.domain
+		r, _ := newResolver(t, cfg, ex, nil)
+		serve(t, r, pack(t, tt.name, dns.TypeA, nil), server.UDP)
+		r.wg.Wait()
+		if n := ex.ncalls(); n != 1 {
+			t.Errorf("%s (domain %q): %d exchanges, want 1", tt.name, tt.domain, n)
+		}
+	}
+}
+
+// gatedExchanger holds every exchange until release is closed.
+type gatedExchanger struct {
+	release chan struct{}
+	mu      sync.Mutex
+	names   []string
+	answer  func(m *dns.Msg) (*dns.Msg, error)
+}
+
+func (g *gatedExchanger) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	g.mu.Lock()
+	g.names = append(g.names, m.Question[0].Name)
+	g.mu.Unlock()
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.answer(m)
+}
+
+func (g *gatedExchanger) asked(name string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, s := range g.names {
+		if s == name {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSearchPrefetchJoined: the pod's next try, sent while its prefetch is
+// still running, waits for that exchange instead of starting another.
+func TestSearchPrefetchJoined(t *testing.T) {
+	g := &gatedExchanger{release: make(chan struct{}), answer: nxdomain(t)}
+	r, _ := newResolver(t, DefaultConfig(), g, nil)
+	var wg sync.WaitGroup
+	for _, name := range []string{"a.b.team-a.svc.cluster.local.", "a.b.svc.cluster.local."} {
+		wg.Go(func() {
+			if m := unpack(t, r.ServeSlow(context.Background(), buf(), pack(t, name, dns.TypeA, nil), server.UDP)); m.Rcode != dns.RcodeNameError {
+				t.Errorf("%s: %v", name, m)
+			}
+		})
+		time.Sleep(50 * time.Millisecond) // the first try's prefetches start
+	}
+	close(g.release)
+	wg.Wait()
+	r.wg.Wait()
+	if n := g.asked("a.b.svc.cluster.local."); n != 1 {
+		t.Errorf("a.b.svc.cluster.local. asked %d times, want 1", n)
+	}
+}
+
+// TestSearchPrefetchNotWhenBusy: with searchPrefetchBelow exchanges
+// running, a miss starts no prefetch, so that a flood of misses gets no
+// more exchanges than it sent.
+func TestSearchPrefetchNotWhenBusy(t *testing.T) {
+	g := &gatedExchanger{release: make(chan struct{}), answer: nxdomain(t)}
+	r, set := newResolver(t, DefaultConfig(), g, nil)
+	var wg sync.WaitGroup
+	for i := range searchPrefetchBelow {
+		wg.Go(func() {
+			r.ServeSlow(context.Background(), buf(), pack(t, fmt.Sprintf("svc%d.team-a.svc.cluster.local.", i), dns.TypeA, nil), server.UDP)
+		})
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		n := len(r.flights)
+		r.mu.Unlock()
+		if n == searchPrefetchBelow {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d flights running, want %d", n, searchPrefetchBelow)
+		}
+	}
+	wg.Go(func() {
+		r.ServeSlow(context.Background(), buf(), pack(t, "x.flood.example.team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
+	})
+	time.Sleep(50 * time.Millisecond)
+	close(g.release)
+	wg.Wait()
+	r.wg.Wait()
+	if n := g.asked("x.flood.example.svc.cluster.local."); n != 0 {
+		t.Errorf("prefetched %d times with %d exchanges running", n, searchPrefetchBelow)
+	}
+	if got := metricstest.Value(t, set, "nodedns_search_prefetch_total"); got != 0 {
+		t.Errorf("nodedns_search_prefetch_total = %v, want 0", got)
+	}
+}
