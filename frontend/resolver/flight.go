@@ -65,7 +65,11 @@ var errNoFlight = errors.New("exchange ended without a result")
 // 5) and for a prefetch, the exchange runs in a goroutine on the resolver's
 // own context, so that its answer refreshes the cache after its caller has
 // stopped waiting. After Close every flight runs in the caller.
-func (r *Resolver) join(ctx context.Context, key []byte, detach bool) *flight {
+//
+// With search set (a pod's miss), a new flight also starts the search-path
+// prefetch of key (searchPrefetch); a miss that joins a running flight,
+// such as a pod's next try joining the prefetch of it, starts nothing.
+func (r *Resolver) join(ctx context.Context, key []byte, detach, search bool) *flight {
 	r.mu.Lock()
 	if f := r.flights[string(key)]; f != nil {
 		r.mu.Unlock()
@@ -81,10 +85,16 @@ func (r *Resolver) join(ctx context.Context, key []byte, detach bool) *flight {
 	r.flights[string(f.key)] = f
 	if !detach {
 		r.mu.Unlock()
+		if search {
+			r.searchPrefetch(key, f)
+		}
 		r.fly(ctx, f)
 		return f
 	}
 	r.detach(f, 0)
+	if search {
+		r.searchPrefetch(key, f)
+	}
 	return f
 }
 

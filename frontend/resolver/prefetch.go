@@ -30,7 +30,7 @@ func (r *Resolver) prefetch(k []byte) {
 		ctx, cancel := context.WithTimeout(r.ctx, prefetchTimeout)
 		defer cancel()
 		// A miss of the same key at the same time shares the exchange.
-		f := r.join(ctx, key, true)
+		f := r.join(ctx, key, true, false)
 		resp, err := r.await(ctx, f, 0, false)
 		if err == nil && resp.Rcode == dns.RcodeServerFailure {
 			err = errServfail

@@ -20,17 +20,20 @@ import (
 // the NXDOMAIN of the one before: a name that is not a Service, say an
 // external name or one that does not exist, costs four round trips. When
 // such a try misses the cache, its answer comes from the backend, and the
-// pod's next two tries will too. So a miss of NAME.NS.svc.DOMAIN also starts
+// pod's next tries will too. So a miss of NAME.NS.svc.DOMAIN also starts
 // the exchanges of NAME.svc.DOMAIN and NAME.DOMAIN (same type, class and
-// DO and CD bits), in the background, as a prefetch: the pod's next tries
-// find them cached, or join them while they run, and its lookup waits for
-// about one backend round trip instead of three. Each answer is the
-// backend's own for the name asked, stored and served as any other; only
-// the time it is asked changes.
+// DO and CD bits), in the background, as a prefetch, and once all three
+// are denied, that of NAME itself, which the pod asks next: the pod's next
+// tries find them cached, or join them while they run, and its lookup
+// waits for about one round trip to the backend and one upstream instead
+// of three and one after them. Each answer is the backend's own for the
+// name asked, stored and served as any other; only the time it is asked
+// changes.
 //
 // What it costs: two more lookups in the backend's own zone (the kubernetes
 // plugin answers them from memory, nothing goes upstream), and two more
 // cache entries, usually negative, when the pod's first try was the answer.
+// Nothing goes upstream that the pod would not ask.
 // To keep that rare, a NAME of one label, the usual short Service name
 // whose first try is the answer, starts nothing. And it never adds load to
 // a busy backend: it starts nothing while searchPrefetchBelow exchanges or
@@ -67,11 +70,11 @@ func newSearchPath(domain string) (*searchPath, error) {
 	return &searchPath{domain: wire, svc: append([]byte("\x03svc"), wire...)}, nil
 }
 
-// next writes into dst the cache keys of the two tries a pod makes after
+// next writes into dst the cache keys of the three tries a pod makes after
 // key when key's name is NAME.NS.svc.DOMAIN with a NAME of two labels or
-// more, and returns how many it wrote (0 or 2). dst's arrays are the
-// caller's, so that a miss allocates nothing here.
-func (s *searchPath) next(key []byte, dst *[2][dnswire.MaxKeyLen]byte) [][]byte {
+// more, NAME.svc.DOMAIN, NAME.DOMAIN and NAME, and returns them, or nil.
+// dst's arrays are the caller's, so that a miss allocates nothing here.
+func (s *searchPath) next(key []byte, dst *[3][dnswire.MaxKeyLen]byte) [][]byte {
 	name := dnswire.KeyName(key)
 	tail := key[len(name):] // type, class, flags
 	head, ok := bytes.CutSuffix(name, s.svc)
@@ -87,35 +90,79 @@ func (s *searchPath) next(key []byte, dst *[2][dnswire.MaxKeyLen]byte) [][]byte 
 		return nil
 	}
 	nameLabels := head[:last]
-	k2 := append(append(append(dst[0][:0], nameLabels...), s.svc...), tail...)
-	k3 := append(append(append(dst[1][:0], nameLabels...), s.domain...), tail...)
-	return [][]byte{k2, k3}
+	return [][]byte{
+		append(append(append(dst[0][:0], nameLabels...), s.svc...), tail...),
+		append(append(append(dst[1][:0], nameLabels...), s.domain...), tail...),
+		append(append(append(dst[2][:0], nameLabels...), 0), tail...),
+	}
 }
 
-// searchPrefetch starts the exchanges of the pod's next tries after a miss
-// of key (searchPath.next) that are neither cached nor running. Each runs
-// as a flight of its own in the background, which the pod's next query of
-// the name joins (join) and whose answer is stored (fly).
-func (r *Resolver) searchPrefetch(key []byte) {
-	var buf [2][dnswire.MaxKeyLen]byte
-	for _, k := range r.search.next(key, &buf) {
-		if r.cache.Fresh(k) {
-			continue
-		}
-		r.mu.Lock()
-		if r.closed || len(r.flights) >= searchPrefetchBelow {
-			r.mu.Unlock()
-			return
-		}
-		if r.flights[string(k)] != nil {
-			r.mu.Unlock()
-			continue
-		}
-		f := newFlight(k)
-		r.flights[string(f.key)] = f
-		r.m.searchPrefetch.Inc()
-		r.detach(f, prefetchTimeout)
+// searchPrefetch starts the exchanges of the pod's next two tries after a
+// miss of key whose exchange is first (searchPath.next), unless they are
+// cached or running. Each runs as a flight of its own in the background,
+// which the pod's query of the name joins (join) and whose answer is
+// stored (fly). Once the three tries are all denied (NXDOMAIN or NODATA),
+// the pod asks the name as it is next, and that exchange starts too: it is
+// the only one of a name outside the cluster that goes upstream, so it is
+// not started before the pod would ask it.
+func (r *Resolver) searchPrefetch(key []byte, first *flight) {
+	var buf [3][dnswire.MaxKeyLen]byte
+	keys := r.search.next(key, &buf)
+	if keys == nil {
+		return
 	}
+	second, third := r.prefetchKey(keys[0]), r.prefetchKey(keys[1])
+	if second == nil || third == nil {
+		return
+	}
+	name := bytes.Clone(keys[2])
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		for _, f := range []*flight{first, second, third} {
+			select {
+			case <-f.done:
+			case <-r.ctx.Done():
+				return
+			}
+			if !denied(f.resp) {
+				return
+			}
+		}
+		r.prefetchKey(name)
+	}()
+}
+
+// denied reports whether m says the name has no record of the type asked
+// (NXDOMAIN or NODATA), upon which a stub resolver goes on to the next
+// name of its search list.
+func denied(m *dns.Msg) bool {
+	return m != nil && (m.Rcode == dns.RcodeNameError || m.Rcode == dns.RcodeSuccess && len(m.Answer) == 0)
+}
+
+// prefetchKey starts a background flight for key and returns it, or
+// returns nil when key is cached or running, or searchPrefetchBelow
+// flights or more are running.
+func (r *Resolver) prefetchKey(key []byte) *flight {
+	if r.cache.Fresh(key) {
+		return nil
+	}
+	r.mu.Lock()
+	if r.closed || len(r.flights) >= searchPrefetchBelow || r.flights[string(key)] != nil {
+		r.mu.Unlock()
+		return nil
+	}
+	f := newFlight(key)
+	r.flights[string(f.key)] = f
+	r.m.searchPrefetch.Inc()
+	r.detach(f, prefetchTimeout)
+	return f
 }
 
 // detach runs f's exchange in a goroutine of its own on the resolver's

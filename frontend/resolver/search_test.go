@@ -20,9 +20,9 @@ func TestSearchPathNext(t *testing.T) {
 		domain, name string
 		want         []string
 	}{
-		{"cluster.local", "a.example.com.team-a.svc.cluster.local.", []string{"a.example.com.svc.cluster.local.", "a.example.com.cluster.local."}},
-		{"cluster.local", "Web-0.Nginx.Team-A.SVC.Cluster.Local.", []string{"web-0.nginx.svc.cluster.local.", "web-0.nginx.cluster.local."}},
-		{"Corp.Example.", "x.y.ns.svc.corp.example.", []string{"x.y.svc.corp.example.", "x.y.corp.example."}},
+		{"cluster.local", "a.example.com.team-a.svc.cluster.local.", []string{"a.example.com.svc.cluster.local.", "a.example.com.cluster.local.", "a.example.com."}},
+		{"cluster.local", "Web-0.Nginx.Team-A.SVC.Cluster.Local.", []string{"web-0.nginx.svc.cluster.local.", "web-0.nginx.cluster.local.", "web-0.nginx."}},
+		{"Corp.Example.", "x.y.ns.svc.corp.example.", []string{"x.y.svc.corp.example.", "x.y.corp.example.", "x.y."}},
 		{"cluster.local", "web.team-a.svc.cluster.local.", nil}, // one label: the usual Service name
 		{"cluster.local", "team-a.svc.cluster.local.", nil},
 		{"cluster.local", "svc.cluster.local.", nil},
@@ -40,7 +40,7 @@ func TestSearchPathNext(t *testing.T) {
 		if err := dnswire.ParseQuery(pack(t, tt.name, dns.TypeAAAA, nil), &q); err != nil {
 			t.Fatal(err)
 		}
-		var b [2][dnswire.MaxKeyLen]byte
+		var b [3][dnswire.MaxKeyLen]byte
 		var got []string
 		for _, k := range s.next(q.Key(), &b) {
 			name, _, err := dns.UnpackDomainName(dnswire.KeyName(k), 0)
@@ -71,8 +71,9 @@ func nxdomain(t testing.TB) func(m *dns.Msg) (*dns.Msg, error) {
 }
 
 // TestSearchPrefetch follows a pod's lookup of a name that does not exist
-// through its search path: the first try's miss fetches the next two, which
-// are then hits, and the last try, the name as it is, is a miss of its own.
+// through its search path: the first try's miss fetches the next two, and
+// once all three are NXDOMAIN, the name as it is: the pod's later tries are
+// all hits.
 func TestSearchPrefetch(t *testing.T) {
 	ex := &fakeExchanger{}
 	ex.set(nxdomain(t))
@@ -89,11 +90,11 @@ func TestSearchPrefetch(t *testing.T) {
 		asked = append(asked, m.Question[0].Name)
 	}
 	slices.Sort(asked)
-	want := []string{"rnd1.example.net.cluster.local.", "rnd1.example.net.svc.cluster.local.", "rnd1.example.net.team-a.svc.cluster.local."}
+	want := []string{"rnd1.example.net.", "rnd1.example.net.cluster.local.", "rnd1.example.net.svc.cluster.local.", "rnd1.example.net.team-a.svc.cluster.local."}
 	if !slices.Equal(asked, want) {
 		t.Fatalf("backend asked %q, want %q", asked, want)
 	}
-	for _, name := range []string{"rnd1.example.net.svc.cluster.local.", "rnd1.example.net.cluster.local."} {
+	for _, name := range []string{"rnd1.example.net.svc.cluster.local.", "rnd1.example.net.cluster.local.", "rnd1.example.net."} {
 		resp, hit := serve(t, r, pack(t, name, dns.TypeA, edns), server.UDP)
 		if !hit {
 			t.Errorf("%s: miss after the search-path prefetch", name)
@@ -106,19 +107,19 @@ func TestSearchPrefetch(t *testing.T) {
 	if r.cache.Fresh(keyOf(t, "rnd1.example.net.svc.cluster.local.", dns.TypeAAAA, edns)) {
 		t.Error("AAAA cached: only the type asked is prefetched")
 	}
-	if n := ex.ncalls(); n != 3 {
-		t.Errorf("%d exchanges, want 3", n)
+	if n := ex.ncalls(); n != 4 {
+		t.Errorf("%d exchanges, want 4", n)
 	}
-	if got := metricstest.Value(t, set, "nodedns_search_prefetch_total"); got != 2 {
-		t.Errorf("nodedns_search_prefetch_total = %v, want 2", got)
+	if got := metricstest.Value(t, set, "nodedns_search_prefetch_total"); got != 3 {
+		t.Errorf("nodedns_search_prefetch_total = %v, want 3", got)
 	}
 
 	// A second miss of the first try (its NXDOMAIN expired, say) starts
 	// nothing for tries that are still cached.
-	r.searchPrefetch(keyOf(t, "rnd1.example.net.team-a.svc.cluster.local.", dns.TypeA, edns))
+	r.searchPrefetch(keyOf(t, "rnd1.example.net.team-a.svc.cluster.local.", dns.TypeA, edns), nil)
 	r.wg.Wait()
-	if n := ex.ncalls(); n != 3 {
-		t.Errorf("%d exchanges after a prefetch of cached names, want 3", n)
+	if n := ex.ncalls(); n != 4 {
+		t.Errorf("%d exchanges after a prefetch of cached names, want 4", n)
 	}
 }
 
@@ -188,12 +189,14 @@ func (g *gatedExchanger) asked(name string) int {
 }
 
 // TestSearchPrefetchJoined: the pod's next try, sent while its prefetch is
-// still running, waits for that exchange instead of starting another.
+// still running, waits for that exchange instead of starting another, and
+// starts no prefetch of its own: a.b.c.svc.cluster.local. would read as a
+// first try (NAME a.b in namespace c).
 func TestSearchPrefetchJoined(t *testing.T) {
 	g := &gatedExchanger{release: make(chan struct{}), answer: nxdomain(t)}
 	r, _ := newResolver(t, DefaultConfig(), g, nil)
 	var wg sync.WaitGroup
-	for _, name := range []string{"a.b.team-a.svc.cluster.local.", "a.b.svc.cluster.local."} {
+	for _, name := range []string{"a.b.c.team-a.svc.cluster.local.", "a.b.c.svc.cluster.local."} {
 		wg.Go(func() {
 			if m := unpack(t, r.ServeSlow(context.Background(), buf(), pack(t, name, dns.TypeA, nil), server.UDP)); m.Rcode != dns.RcodeNameError {
 				t.Errorf("%s: %v", name, m)
@@ -204,8 +207,13 @@ func TestSearchPrefetchJoined(t *testing.T) {
 	close(g.release)
 	wg.Wait()
 	r.wg.Wait()
-	if n := g.asked("a.b.svc.cluster.local."); n != 1 {
-		t.Errorf("a.b.svc.cluster.local. asked %d times, want 1", n)
+	if n := g.asked("a.b.c.svc.cluster.local."); n != 1 {
+		t.Errorf("a.b.c.svc.cluster.local. asked %d times, want 1", n)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.names) != 4 {
+		t.Errorf("backend asked %q, want the four tries of a.b.c", g.names)
 	}
 }
 
@@ -244,5 +252,42 @@ func TestSearchPrefetchNotWhenBusy(t *testing.T) {
 	}
 	if got := metricstest.Value(t, set, "nodedns_search_prefetch_total"); got != 0 {
 		t.Errorf("nodedns_search_prefetch_total = %v, want 0", got)
+	}
+}
+
+// TestSearchPrefetchNotUpstreamUnlessDenied: the name as it is, which goes
+// upstream, is fetched early only when the three tries before it are all
+// denied, as the pod then asks it; a StatefulSet pod's name found in its
+// first try, or a Service of another namespace found in its second, is
+// never sent upstream.
+func TestSearchPrefetchNotUpstreamUnlessDenied(t *testing.T) {
+	for _, tt := range []struct {
+		found string // the one try the backend answers
+		name  string // what the pod asked
+	}{
+		{"web-0.nginx.team-a.svc.cluster.local.", "web-0.nginx"},
+		{"api.other-ns.svc.cluster.local.", "api.other-ns"},
+		{"", "rnd.example.net"},
+	} {
+		ex := &fakeExchanger{}
+		found := records(t, dns.RcodeSuccess, "x. 30 IN A 192.0.2.9")
+		ex.set(func(m *dns.Msg) (*dns.Msg, error) {
+			if m.Question[0].Name == tt.found {
+				return found(m)
+			}
+			return nxdomain(t)(m)
+		})
+		r, _ := newResolver(t, DefaultConfig(), ex, nil)
+		serve(t, r, pack(t, tt.name+".team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
+		r.wg.Wait()
+		upstream := 0
+		for _, m := range ex.calls {
+			if m.Question[0].Name == tt.name+"." {
+				upstream++
+			}
+		}
+		if want := map[bool]int{true: 0, false: 1}[tt.found != ""]; upstream != want {
+			t.Errorf("%s (found %q): %s. fetched %d times, want %d", tt.name, tt.found, tt.name, upstream, want)
+		}
 	}
 }
