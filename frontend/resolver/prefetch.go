@@ -17,16 +17,8 @@ import (
 // exchange per entry and interval, not one per hit.
 func (r *Resolver) prefetch(k []byte) {
 	key := bytes.Clone(k)
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
-	}
-	r.wg.Add(1)
-	r.mu.Unlock()
-	r.m.prefetch.Inc()
-	go func() {
-		defer r.wg.Done()
+	r.background(func() {
+		r.m.prefetch.Inc()
 		ctx, cancel := context.WithTimeout(r.ctx, prefetchTimeout)
 		defer cancel()
 		// A miss of the same key at the same time shares the exchange.
@@ -46,5 +38,21 @@ func (r *Resolver) prefetch(k []byte) {
 			r.log.Debug("prefetch failed", zap.Error(err))
 			r.cache.PrefetchFailed(key)
 		}
+	})
+}
+
+// background runs fn in a goroutine of its own, which Close waits for;
+// after Close it runs nothing.
+func (r *Resolver) background(fn func()) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		fn()
 	}()
 }

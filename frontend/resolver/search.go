@@ -116,15 +116,7 @@ func (r *Resolver) searchPrefetch(key []byte, first *flight) {
 		return
 	}
 	name := bytes.Clone(keys[2])
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
-	}
-	r.wg.Add(1)
-	r.mu.Unlock()
-	go func() {
-		defer r.wg.Done()
+	r.background(func() {
 		for _, f := range []*flight{first, second, third} {
 			select {
 			case <-f.done:
@@ -136,7 +128,7 @@ func (r *Resolver) searchPrefetch(key []byte, first *flight) {
 			}
 		}
 		r.prefetchKey(name)
-	}()
+	})
 }
 
 // denied reports whether m says the name has no record of the type asked
