@@ -109,9 +109,11 @@ func (a *address) exchange(ctx context.Context, now time.Time, wire []byte, id u
 // which kube-proxy sends each new connection to one of its endpoints: a
 // refusal tells of that endpoint only, say a backend that died and whose
 // endpoint has not left the EndpointSlice yet, and the next dial may reach
-// a live one. With one dead endpoint of two, three dials all fail one time
-// in eight.
-const fallbackRedials = 2
+// a live one. With one dead endpoint of two, six dials all fail one time
+// in 64 (three, one time in eight); a refused dial on the node's network
+// costs tens of microseconds, so the five more are cheap even when every
+// endpoint is dead.
+const fallbackRedials = 5
 
 func (a *address) dial(ctx context.Context, deadline time.Time) (*conn, error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
