@@ -169,7 +169,7 @@ func (c *Cache) Get(dst []byte, q *dnswire.Query, limit int) ([]byte, Result) {
 	if e == nil || now >= e.expiry {
 		// An expired entry whose refresh failed recently is served stale
 		// without asking the backend again (RFC 8767 §5, failure recheck).
-		if e != nil && now < e.recheck && now < e.staleT {
+		if e != nil && e.refreshFailed(now) {
 			stale = true
 		} else {
 			if e != nil && now >= e.staleT {
@@ -208,8 +208,13 @@ func (c *Cache) Fresh(key []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.lookup(h, key)
-	return e != nil && (now < e.expiry || (now < e.recheck && now < e.staleT))
+	return e != nil && (now < e.expiry || e.refreshFailed(now))
 }
+
+// refreshFailed reports whether e, expired, is served stale without a miss
+// at now: its refresh failed within RecheckInterval and it is still within
+// the serve-stale window.
+func (e *Entry) refreshFailed(now int64) bool { return now < e.recheck && now < e.staleT }
 
 // GetStale writes the answer for q, fresh or expired up to the serve-stale
 // window (TTLs capped at StaleTTL), into dst[:0], for when the backend

@@ -83,17 +83,16 @@ func (r *Resolver) join(ctx context.Context, key []byte, detach, search bool) *f
 		return f
 	}
 	r.flights[string(f.key)] = f
-	if !detach {
+	if detach {
+		r.detach(f, 0)
+	} else {
 		r.mu.Unlock()
-		if search {
-			r.searchPrefetch(key, f)
-		}
-		r.fly(ctx, f)
-		return f
 	}
-	r.detach(f, 0)
 	if search {
 		r.searchPrefetch(key, f)
+	}
+	if !detach {
+		r.fly(ctx, f)
 	}
 	return f
 }

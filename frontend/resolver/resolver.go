@@ -156,7 +156,7 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 	var resp *dns.Msg
 	var err error
 	_, stale, ok := r.cache.GetStale(dst[:0], &q, limit)
-	f := r.join(ctx, key, ok && stale, r.search != nil)
+	f := r.join(ctx, key, ok && stale, true)
 	if ok && stale {
 		// An expired answer is there to serve: wait for the backend only
 		// as long as the client response timer (RFC 8767 §5).

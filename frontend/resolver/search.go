@@ -74,7 +74,11 @@ func newSearchPath(domain string) (*searchPath, error) {
 // key when key's name is NAME.NS.svc.DOMAIN with a NAME of two labels or
 // more, NAME.svc.DOMAIN, NAME.DOMAIN and NAME, and returns them, or nil.
 // dst's arrays are the caller's, so that a miss allocates nothing here.
+// A nil searchPath (prefetch off) returns nil.
 func (s *searchPath) next(key []byte, dst *[3][dnswire.MaxKeyLen]byte) [][]byte {
+	if s == nil {
+		return nil
+	}
 	name := dnswire.KeyName(key)
 	tail := key[len(name):] // type, class, flags
 	head, ok := bytes.CutSuffix(name, s.svc)
