@@ -57,6 +57,7 @@ var (
 	addr    = flag.String("addr", "127.0.0.1:15470", "UDP address to listen on (IPv4)")
 	gcEvery = flag.Duration("gc", 0, "force a collection at this interval (0: never)")
 	yield   = flag.Duration("yield", 5*time.Millisecond, "thread, thread-netpoll and blocking: call runtime.Gosched this often (0: never); see yielder")
+	procs   = flag.Int("procs", 0, "GOMAXPROCS (0: 1 for poller, 2 for the others)")
 
 	ticks    atomic.Int64 // of the 1 ms ticker
 	answered atomic.Int64 // datagrams sent
@@ -359,9 +360,12 @@ func main() {
 }
 
 func run() error {
-	procs := 2
-	if *mode == "poller" {
-		procs = 1
+	procs := *procs
+	if procs <= 0 {
+		procs = 2
+		if *mode == "poller" {
+			procs = 1
+		}
 	}
 	runtime.GOMAXPROCS(procs)
 	ua, err := net.ResolveUDPAddr("udp4", *addr)

@@ -125,6 +125,7 @@ declare -A ARGS=(
 	[thread-noyield]="-mode thread -yield 0"
 	[blocking-noyield]="-mode blocking -yield 0"
 	[thread-netpoll]="-mode thread-netpoll"
+	[thread-1p]="-mode thread -procs 1"
 )
 MODES=(${ONLY:-poller thread blocking unbound thread-noyield blocking-noyield thread-netpoll})
 NM=${#MODES[@]}
