@@ -73,7 +73,6 @@ type config struct {
 	backendReadyURL string
 	logLevel        string
 	maxInflight     int
-	udpReader       string // server.ReaderPoller or server.ReaderThread
 	shutdownTimeout time.Duration
 	bindTimeout     time.Duration
 	handoverDir     string
@@ -121,7 +120,6 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.backendReadyURL, "backend-ready-url", defaultBackendReadyURL, "`URL` of the backend's readiness endpoint")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	fs.IntVar(&cfg.maxInflight, "max-inflight", server.DefaultMaxInflight, "misses resolved at once; past it queries are answered SERVFAIL")
-	fs.StringVar(&cfg.udpReader, "udp-reader", server.ReaderPoller, "how the UDP readers wait for queries: poller (goroutines in the Go runtime's poller) or thread (one OS thread per socket, blocked in ppoll: less CPU per query at moderate rates; GOMAXPROCS becomes one more than the sockets per address)")
 	fs.IntVar(&cfg.maxInflightPerSource, "max-inflight-per-source", 0, "misses of one client address resolved at once; past it its queries are answered SERVFAIL; 0 means an eighth of --max-inflight")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long in-flight queries may take before teardown")
 	durationVar(fs, &cfg.bindTimeout, "bind-timeout", 0, "how long a --listen address another process holds is tried again, every 100ms, before the frontend exits; 0 fails at once (node-ip mode: the DNS server being replaced may still hold the node IP's port 53)")
@@ -169,9 +167,6 @@ func (c config) validate() error {
 	var errs []error
 	if err := (server.Config{Listen: c.listen, MaxInflight: c.maxInflight}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--listen: %w", err))
-	}
-	if c.udpReader != server.ReaderPoller && c.udpReader != server.ReaderThread {
-		errs = append(errs, fmt.Errorf("--udp-reader %q: want %s or %s", c.udpReader, server.ReaderPoller, server.ReaderThread))
 	}
 	if c.backend == "" {
 		errs = append(errs, errors.New("--backend: empty"))

@@ -40,9 +40,6 @@ func holdPort(t *testing.T) (string, func()) {
 
 func newTestServer(t *testing.T, cfg Config) *Server {
 	t.Helper()
-	if cfg.Reader == "" {
-		cfg.Reader = testReader
-	}
 	s, err := New(cfg, &fakeHandler{}, zaptest.NewLogger(t), metrics.NewSet())
 	if err != nil {
 		t.Fatal(err)

@@ -58,16 +58,6 @@ const minTCPIdleTimeout = 200 * time.Millisecond
 // server hold more than this per read.
 const maxTCPRequest = maxUDPRequest
 
-// The ways a UDP reader waits for datagrams (Config.Reader).
-const (
-	// ReaderPoller: a goroutine per socket waits in the runtime's poller.
-	ReaderPoller = "poller"
-	// ReaderThread: a reader per socket index, on an OS thread of its own,
-	// blocked in ppoll on sockets the runtime's poller does not know
-	// (thread.go). It raises GOMAXPROCS to one more than the readers.
-	ReaderThread = "thread"
-)
-
 // maxUDPRequest is the largest datagram read as a query. A query is one
 // question and an OPT record: a few hundred bytes even with a cookie and
 // RFC 8467 padding. A bigger datagram is counted and dropped (MSG_TRUNC).
@@ -88,10 +78,6 @@ type Config struct {
 	// address, each with its own reader goroutine, so that the kernel
 	// spreads queries over all cores. Default: runtime.GOMAXPROCS(0).
 	UDPSockets int
-
-	// Reader is how the UDP readers wait for datagrams: ReaderPoller (the
-	// default) or ReaderThread (thread.go).
-	Reader string
 
 	// BatchSize is the number of datagrams read by one recvmmsg and
 	// answered by one sendmmsg. Default: DefaultBatchSize.
@@ -158,9 +144,6 @@ func (c Config) withDefaults() Config {
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
 	}
-	if c.Reader == "" {
-		c.Reader = ReaderPoller
-	}
 	if c.ReadBuffer <= 0 {
 		c.ReadBuffer = DefaultReadBuffer
 	}
@@ -199,9 +182,6 @@ func (c Config) Validate() error {
 			return fmt.Errorf("listen address %s given twice", a)
 		}
 		seen[key] = true
-	}
-	if c.Reader != "" && c.Reader != ReaderPoller && c.Reader != ReaderThread {
-		return fmt.Errorf("udp reader %q: want %s or %s", c.Reader, ReaderPoller, ReaderThread)
 	}
 	if c.BatchSize > 1024 {
 		return fmt.Errorf("batch size %d: at most 1024 (UIO_MAXIOV)", c.BatchSize)

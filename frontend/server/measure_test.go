@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // echoServe serves echoHandler on addr, prints the bound address and runs
 // until stdin closes.
 func echoServe(addr string) int {
-	s, err := New(Config{Listen: []string{addr}, Reader: testReader}, &echoHandler{}, zap.NewNop(), metrics.NewSet())
+	s, err := New(Config{Listen: []string{addr}}, &echoHandler{}, zap.NewNop(), metrics.NewSet())
 	if err == nil {
 		err = s.Start()
 	}

@@ -53,8 +53,6 @@ type Server struct {
 
 	readers sync.WaitGroup // UDP readers, accept loops, TCP connections
 	misses  sync.WaitGroup // UDP misses (TCP ones are waited for by their connection)
-	threads sync.WaitGroup // thread readers (thread.go)
-	stopFD  int            // thread reader: the eventfd that stops them; -1 without
 
 	mu        sync.Mutex // guards the fields below
 	started   bool
@@ -78,12 +76,11 @@ func New(cfg Config, h Handler, log *zap.Logger, set *vm.Set) (*Server, error) {
 		log = zap.NewNop()
 	}
 	s := &Server{
-		cfg:    cfg.withDefaults(),
-		h:      h,
-		log:    log,
-		m:      newMetrics(set),
-		conns:  make(map[*tcpConn]struct{}),
-		stopFD: -1,
+		cfg:   cfg.withDefaults(),
+		h:     h,
+		log:   log,
+		m:     newMetrics(set),
+		conns: make(map[*tcpConn]struct{}),
 	}
 	s.slowCtx, s.slowCancel = context.WithCancel(context.Background())
 	s.jobs.New = func() any { return newMissJob(s) }
@@ -127,22 +124,15 @@ func (s *Server) StartContext(ctx context.Context) (err error) {
 		}
 		s.addrs = append(s.addrs, addr)
 	}
-	if s.cfg.Reader == ReaderThread {
-		if err := s.startThreads(); err != nil {
-			return err
-		}
-	} else {
-		for _, u := range s.udp {
-			s.readers.Add(1)
-			go u.serve()
-		}
+	for _, u := range s.udp {
+		s.readers.Add(1)
+		go u.serve()
 	}
 	for _, l := range s.tcp {
 		s.readers.Add(1)
 		go s.acceptLoop(l)
 	}
-	s.log.Info("serving", zap.Strings("addrs", s.addrs), zap.Int("udp_sockets_per_addr", s.cfg.UDPSockets),
-		zap.String("udp_reader", s.cfg.Reader))
+	s.log.Info("serving", zap.Strings("addrs", s.addrs), zap.Int("udp_sockets_per_addr", s.cfg.UDPSockets))
 	return nil
 }
 
@@ -199,13 +189,13 @@ func (s *Server) bindOnce(ua *net.UDPAddr, inh *inherited) (string, error) {
 	var socks []*udpSocket
 	fail := func(err error) (string, error) {
 		for _, u := range socks {
-			_ = u.close()
+			_ = u.conn.Close()
 		}
 		return "", err
 	}
 	port := ua.Port
 	for _, pc := range inh.takeUDP(ua) {
-		u, err := newUDPSocket(s, pc, len(socks))
+		u, err := newUDPSocket(s, pc)
 		if err != nil {
 			_ = pc.Close()
 			return fail(err)
@@ -219,7 +209,7 @@ func (s *Server) bindOnce(ua *net.UDPAddr, inh *inherited) (string, error) {
 		if err != nil {
 			return fail(fmt.Errorf("udp: %w", err))
 		}
-		u, err := newUDPSocket(s, pc.(*net.UDPConn), len(socks))
+		u, err := newUDPSocket(s, pc.(*net.UDPConn))
 		if err != nil {
 			_ = pc.Close()
 			return fail(err)
@@ -258,7 +248,7 @@ func (s *Server) Files() ([]*os.File, error) {
 	defer s.mu.Unlock()
 	var files []*os.File
 	for _, u := range s.udp {
-		f, err := u.file()
+		f, err := u.conn.File()
 		if err != nil {
 			closeFiles(files)
 			return nil, fmt.Errorf("dup udp %s: %w", u.local, err)
@@ -294,11 +284,8 @@ func (s *Server) StopReading() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, u := range s.udp {
-		if u.conn != nil {
-			_ = u.conn.SetReadDeadline(past)
-		}
+		_ = u.conn.SetReadDeadline(past)
 	}
-	s.stopThreads()
 	for _, l := range s.tcp {
 		_ = l.(*net.TCPListener).SetDeadline(past)
 	}
@@ -342,12 +329,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) closeSockets() {
 	s.closeOnce.Do(func() {
 		for _, u := range s.udp {
-			_ = u.close()
+			_ = u.conn.Close()
 		}
 		for _, l := range s.tcp {
 			_ = l.Close()
 		}
-		s.closeStopFD()
 	})
 }
 

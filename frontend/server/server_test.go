@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,18 +97,10 @@ func (f *fakeHandler) Overloaded(dst, req []byte, _ Proto) []byte {
 	return dst
 }
 
-// testReader is the Config.Reader of the servers the tests start without
-// one: NODEDNS_TEST_READER, so that the suite runs once per reader (make
-// test does), or the default.
-var testReader = os.Getenv("NODEDNS_TEST_READER")
-
 func startServer(t testing.TB, cfg Config, h Handler) (*Server, *vm.Set) {
 	t.Helper()
 	if cfg.Listen == nil {
 		cfg.Listen = []string{"127.0.0.1:0"}
-	}
-	if cfg.Reader == "" {
-		cfg.Reader = testReader
 	}
 	set := metrics.NewSet()
 	s, err := New(cfg, h, zaptest.NewLogger(t), set)
@@ -462,7 +453,7 @@ func TestAddressInUse(t *testing.T) {
 	}
 	defer pc.Close()
 	addr := pc.LocalAddr().String()
-	s, err := New(Config{Listen: []string{addr}, Reader: testReader}, &fakeHandler{}, nil, metrics.NewSet())
+	s, err := New(Config{Listen: []string{addr}}, &fakeHandler{}, nil, metrics.NewSet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +495,7 @@ func TestValidate(t *testing.T) {
 // goes out, and Shutdown returns only after it.
 func TestShutdownDrains(t *testing.T) {
 	h := &fakeHandler{delay: 200 * time.Millisecond}
-	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Reader: testReader}, h, zaptest.NewLogger(t), metrics.NewSet())
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}}, h, zaptest.NewLogger(t), metrics.NewSet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -726,7 +717,7 @@ func TestFreeBind(t *testing.T) {
 					c.Close()
 				}
 			}
-			s, err := New(Config{Listen: []string{addr}, Reader: testReader}, &fakeHandler{}, nil, metrics.NewSet())
+			s, err := New(Config{Listen: []string{addr}}, &fakeHandler{}, nil, metrics.NewSet())
 			if err != nil {
 				t.Fatal(err)
 			}

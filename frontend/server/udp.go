@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"syscall"
 	"unsafe"
 
@@ -17,14 +16,10 @@ import (
 // sendmmsg without allocating. All fields except conn and local belong to
 // the reader goroutine; miss goroutines only use rc (sendto) and metrics.
 type udpSocket struct {
-	s *Server
-	// The socket: conn and rc with the poller reader, raw with the thread
-	// reader (thread.go).
+	s     *Server
 	conn  *net.UDPConn
 	rc    syscall.RawConn
-	raw   *rawFD
 	local string
-	slot  int // the socket's index among those of its address
 
 	// Read side: message i reads into rbuf[i*maxUDPRequest:] and its
 	// source address into names[i].
@@ -56,18 +51,20 @@ type udpSocket struct {
 // whose answers do not is flushed early rather than grown.
 const arenaPerMessage = 1232
 
-// newUDPSocket takes c over; with the thread reader, c is closed and the
-// socket is served through a descriptor of its own (detach). On error the
-// caller still owns c.
-func newUDPSocket(s *Server, c *net.UDPConn, slot int) (*udpSocket, error) {
+func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("udp %s: %w", c.LocalAddr(), err)
+	}
 	if err := c.SetReadBuffer(s.cfg.ReadBuffer); err != nil {
 		return nil, fmt.Errorf("udp %s: receive buffer: %w", c.LocalAddr(), err)
 	}
 	n := s.cfg.BatchSize
 	u := &udpSocket{
 		s:       s,
+		conn:    c,
+		rc:      rc,
 		local:   c.LocalAddr().String(),
-		slot:    slot,
 		rhdr:    make([]unix.Mmsghdr, n),
 		riov:    make([]unix.Iovec, n),
 		names:   make([]unix.RawSockaddrInet6, n),
@@ -90,60 +87,7 @@ func newUDPSocket(s *Server, c *net.UDPConn, slot int) (*udpSocket, error) {
 	}
 	u.readFn = u.read
 	u.writeFn = u.sendmmsg
-	var err error
-	if s.cfg.Reader == ReaderThread {
-		u.raw, err = detach(c)
-	} else {
-		u.conn = c
-		u.rc, err = c.SyscallConn()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("udp %s: %w", u.local, err)
-	}
 	return u, nil
-}
-
-// write calls fn with the socket's descriptor until it returns true,
-// waiting between calls until the socket can take a datagram.
-func (u *udpSocket) write(fn func(fd uintptr) bool) error {
-	if u.raw != nil {
-		return u.writeRaw(fn)
-	}
-	return u.rc.Write(fn)
-}
-
-// close closes the socket (this process's descriptor of it).
-func (u *udpSocket) close() error {
-	if u.raw != nil {
-		return u.raw.Close()
-	}
-	return u.conn.Close()
-}
-
-// file returns a duplicate of the socket's descriptor as a file, for a
-// newer instance (Server.Files).
-func (u *udpSocket) file() (*os.File, error) {
-	if u.raw == nil {
-		return u.conn.File()
-	}
-	nfd, derr := -1, error(nil)
-	if err := u.raw.Control(func(fd uintptr) {
-		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-	}); err != nil {
-		return nil, err
-	}
-	if derr != nil {
-		return nil, derr
-	}
-	return os.NewFile(uintptr(nfd), "udp "+u.local), nil
-}
-
-// readError counts and logs an error of recvmmsg.
-func (u *udpSocket) readError(err error) {
-	u.s.m.udpReadErr.Inc()
-	if ce := u.s.log.Check(zap.DebugLevel, "udp read"); ce != nil {
-		ce.Write(zap.String("addr", u.local), zap.Error(err))
-	}
 }
 
 // read is the reader's RawConn callback: it reads batches with recvmmsg
@@ -231,7 +175,10 @@ func (u *udpSocket) serve() {
 			continue
 		}
 		if u.rerr != 0 {
-			u.readError(u.rerr)
+			s.m.udpReadErr.Inc()
+			if ce := s.log.Check(zap.DebugLevel, "udp read"); ce != nil {
+				ce.Write(zap.String("addr", u.local), zap.Error(u.rerr))
+			}
 		}
 	}
 }
@@ -301,7 +248,7 @@ func (u *udpSocket) flush() {
 	s := u.s
 	u.wfrom = 0
 	for u.wfrom < u.pending {
-		if err := u.write(u.writeFn); err != nil {
+		if err := u.rc.Write(u.writeFn); err != nil {
 			s.m.udpWriteErr.Add(u.pending - u.wfrom)
 			s.log.Debug("udp write", zap.String("addr", u.local), zap.Error(err))
 			break
@@ -325,7 +272,7 @@ func (u *udpSocket) sendOne(resp []byte, i int) {
 	var errno syscall.Errno
 	name := u.names[i]
 	namelen := u.rhdr[i].Hdr.Namelen
-	err := u.write(func(fd uintptr) bool {
+	err := u.rc.Write(func(fd uintptr) bool {
 		errno = sendto(fd, resp, &name, namelen)
 		return errno != unix.EAGAIN
 	})
@@ -407,7 +354,7 @@ func (j *missJob) runUDP() {
 	s.release(j.src)
 	if len(resp) > 0 {
 		j.resp = resp
-		err := u.write(j.writeFn)
+		err := u.rc.Write(j.writeFn)
 		s.countSend(u, err, j.errno)
 	}
 	j.put()
