@@ -7,7 +7,8 @@
 # Usage: sudo tools/readerbench/run.sh ROUNDS OUTDIR
 #   ONLY="poller thread ..."  the servers of the 20k rounds (default: all:
 #                             poller thread blocking unbound thread-noyield
-#                             blocking-noyield thread-netpoll)
+#                             blocking-noyield thread-netpoll; thread-1p,
+#                             thread with GOMAXPROCS 1, only when named)
 #   RATE_ONLY=1               only the 20k rounds
 #   NO_GC=1                   no forced-GC runs
 #   SERVER_RT=                readerbench under SCHED_OTHER (default
@@ -17,7 +18,7 @@
 # each server's stdout/stderr beside them (README.md).
 set -u
 if [ $# -ne 2 ]; then
-	sed -n '7,17p' "$0" >&2
+	sed -n '7,18p' "$0" >&2
 	exit 2
 fi
 ROUNDS=$1
