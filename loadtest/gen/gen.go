@@ -34,6 +34,8 @@ type recorder struct {
 	res     Result
 	seconds []*secondStats
 	slowest slowList
+	// patterns are per mix entry, each with its own Latency.
+	patterns []PatternResult
 
 	inflight atomic.Int64
 }
@@ -51,9 +53,10 @@ func (r *recorder) second(t time.Time) *secondStats {
 	return r.seconds[i]
 }
 
-func (r *recorder) started(due time.Time) {
+func (r *recorder) started(due time.Time, entry int) {
 	r.mu.Lock()
 	r.res.Lookups++
+	r.patterns[entry].Lookups++
 	r.second(due).Started++
 	r.mu.Unlock()
 }
@@ -65,10 +68,11 @@ func (r *recorder) skipped(due time.Time) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) done(due, began, end time.Time, o Outcome, st stats, err error) {
+func (r *recorder) done(due, began, end time.Time, entry int, o Outcome, st stats, err error) {
 	lat := end.Sub(due)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.patterns[entry].count(o, lat)
 	if o != Timeout && r.slowest.admits(lat) {
 		r.slowest.add(Slow{
 			Due: due, Latency: lat, Late: began.Sub(due), Outcome: o.String(),
@@ -116,6 +120,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	search := cfg.SearchList()
 	rec := &recorder{start: time.Now()}
 	rec.res.Latency = new(Histogram)
+	for i := range cfg.Mix.Len() {
+		rec.patterns = append(rec.patterns, PatternResult{Pattern: cfg.Mix.Pattern(i), Latency: new(Histogram)})
+	}
 	end := rec.start.Add(cfg.Duration)
 	runCtx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
@@ -135,13 +142,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	one := func(r *rand.Rand, pod int, due time.Time, buf []byte) {
-		name := cfg.Mix.Name(r)
-		rec.started(due)
+		name, entry := cfg.Mix.Draw(r)
+		rec.started(due, entry)
 		rec.inflight.Add(1)
 		began := time.Now()
 		o, st, err := lookup(server, pods[pod], Candidates(name, search, cfg.Ndots), !cfg.NoAAAA, cfg.Timeout, cfg.Attempts, ids, buf)
 		rec.inflight.Add(-1)
-		rec.done(due, began, time.Now(), o, st, err)
+		rec.done(due, began, time.Now(), entry, o, st, err)
 	}
 
 	progressDone := make(chan struct{})
@@ -216,6 +223,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Latency.Merge(rec.res.Latency)
 	res.Elapsed = min(elapsed, cfg.Duration)
 	res.Slowest = append([]Slow(nil), rec.slowest...)
+	// Copies: lookups still running past the drain keep recording.
+	for _, p := range rec.patterns {
+		h := new(Histogram)
+		h.Merge(p.Latency)
+		p.Latency = h
+		res.ByPattern = append(res.ByPattern, p)
+	}
 	res.fill()
 	for _, s := range rec.seconds {
 		s.P50, s.P99, s.Max = s.hist.Quantile(0.5), s.hist.Quantile(0.99), s.hist.Max()

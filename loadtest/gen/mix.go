@@ -188,13 +188,26 @@ func (m *Mix) Entries() []Entry {
 
 // Name draws one name.
 func (m *Mix) Name(r *rand.Rand) string {
+	name, _ := m.Draw(r)
+	return name
+}
+
+// Draw draws one name and returns it with the index of the entry (in
+// Entries' order) whose pattern made it.
+func (m *Mix) Draw(r *rand.Rand) (name string, entry int) {
 	x := r.Float64() * m.cum[len(m.cum)-1]
 	i := sort.SearchFloat64s(m.cum, x)
 	if i == len(m.cum) {
 		i--
 	}
-	return expandPattern(m.entries[i].Pattern, r)
+	return expandPattern(m.entries[i].Pattern, r), i
 }
+
+// Len returns the number of entries.
+func (m *Mix) Len() int { return len(m.entries) }
+
+// Pattern returns entry i's pattern as written in the mix.
+func (m *Mix) Pattern(i int) string { return m.entries[i].Pattern }
 
 const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
 

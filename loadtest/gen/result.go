@@ -44,6 +44,60 @@ type Result struct {
 	FirstError string `json:"first_error,omitempty"`
 	// Slowest are the slowest answered lookups, slowest first (see Slow).
 	Slowest []Slow `json:"slowest,omitempty"`
+	// ByPattern splits the lookups by the mix entry that drew their
+	// name: one per entry, in the mix's order.
+	ByPattern []PatternResult `json:"by_pattern,omitempty"`
+}
+
+// PatternResult is the lookups whose names one pattern of the mix drew.
+type PatternResult struct {
+	// Pattern is the entry's pattern as written in the mix.
+	Pattern string `json:"pattern"`
+	// Lookups started, and how they ended (as in Result).
+	Lookups  uint64 `json:"lookups"`
+	OK       uint64 `json:"ok"`
+	NXDomain uint64 `json:"nxdomain"`
+	Failed   uint64 `json:"failed"`
+	Timeouts uint64 `json:"timeouts"`
+	// Latency of the pattern's answered lookups, as Result's.
+	Latency     *Histogram    `json:"-"`
+	Percentiles Percentiles   `json:"latency"`
+	Buckets     []Bucket      `json:"histogram"`
+	MinLatency  time.Duration `json:"min_ns"`
+}
+
+// Answered returns the pattern's lookups that got an answer.
+func (p *PatternResult) Answered() uint64 { return p.OK + p.NXDomain + p.Failed }
+
+// Hist returns Latency, rebuilt from Buckets after JSON decoding.
+func (p *PatternResult) Hist() *Histogram {
+	if p.Latency != nil {
+		return p.Latency
+	}
+	return HistogramFrom(p.Buckets, p.MinLatency, p.Percentiles.Max, p.Percentiles.Mean)
+}
+
+// fill sets the JSON summary of Latency.
+func (p *PatternResult) fill() {
+	p.Percentiles = Summarize(p.Latency)
+	p.Buckets = p.Latency.Buckets()
+	p.MinLatency = p.Latency.Min()
+}
+
+// count adds the outcome of one lookup (its latency, when answered).
+func (p *PatternResult) count(o Outcome, lat time.Duration) {
+	switch o {
+	case OK:
+		p.OK++
+	case NXDomain:
+		p.NXDomain++
+	case Failed:
+		p.Failed++
+	case Timeout:
+		p.Timeouts++
+		return
+	}
+	p.Latency.Record(lat)
 }
 
 // Percentiles summarises a latency histogram.
@@ -90,6 +144,13 @@ func (r *Result) Hist() *Histogram {
 func Merge(rs ...*Result) *Result {
 	out := &Result{Latency: new(Histogram)}
 	var slow slowList
+	// Patterns merge by pattern and occurrence (a mix may hold one
+	// pattern twice), so that rounds of one mix line up entry by entry.
+	type patternKey struct {
+		pattern string
+		nth     int
+	}
+	patterns := map[patternKey]int{}
 	for _, r := range rs {
 		if r == nil {
 			continue
@@ -119,17 +180,39 @@ func Merge(rs ...*Result) *Result {
 				slow.add(s)
 			}
 		}
+		nth := map[string]int{}
+		for i := range r.ByPattern {
+			p := &r.ByPattern[i]
+			k := patternKey{p.Pattern, nth[p.Pattern]}
+			nth[p.Pattern]++
+			j, ok := patterns[k]
+			if !ok {
+				j = len(out.ByPattern)
+				patterns[k] = j
+				out.ByPattern = append(out.ByPattern, PatternResult{Pattern: p.Pattern, Latency: new(Histogram)})
+			}
+			o := &out.ByPattern[j]
+			o.Lookups += p.Lookups
+			o.OK += p.OK
+			o.NXDomain += p.NXDomain
+			o.Failed += p.Failed
+			o.Timeouts += p.Timeouts
+			o.Latency.Merge(p.Hist())
+		}
 	}
 	out.Slowest = slow
 	out.fill()
 	return out
 }
 
-// fill sets the JSON summary of Latency.
+// fill sets the JSON summary of Latency and of each pattern's.
 func (r *Result) fill() {
 	r.Percentiles = Summarize(r.Latency)
 	r.Buckets = r.Latency.Buckets()
 	r.MinLatency = r.Latency.Min()
+	for i := range r.ByPattern {
+		r.ByPattern[i].fill()
+	}
 }
 
 // Answered returns the lookups that got an answer, positive or not.
@@ -175,7 +258,34 @@ latency     p50 %v  p90 %v  p99 %v  p99.9 %v  max %v  mean %v
 	if err == nil && r.FirstError != "" {
 		_, err = fmt.Fprintf(w, "first error %s\n", r.FirstError)
 	}
+	if err == nil && len(r.ByPattern) > 1 {
+		err = r.writePatterns(w)
+	}
 	return err
+}
+
+// writePatterns writes one line per pattern: its share of the lookups,
+// outcomes, and the latency of its answered lookups.
+func (r *Result) writePatterns(w io.Writer) error {
+	width := 0
+	for _, p := range r.ByPattern {
+		width = max(width, len(p.Pattern))
+	}
+	if _, err := fmt.Fprintf(w, "by pattern  share of lookups; ok/nxdomain/failed/timeout; latency of the answered\n"); err != nil {
+		return err
+	}
+	for _, p := range r.ByPattern {
+		share := 0.0
+		if r.Lookups > 0 {
+			share = 100 * float64(p.Lookups) / float64(r.Lookups)
+		}
+		q := p.Percentiles
+		if _, err := fmt.Fprintf(w, "  %-*s %5.1f%%  %d/%d/%d/%d  p50 %v  p99 %v  max %v\n", width, p.Pattern, share,
+			p.OK, p.NXDomain, p.Failed, p.Timeouts, round(q.P50), round(q.P99), round(q.Max)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // round keeps three significant digits for display.

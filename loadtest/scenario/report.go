@@ -71,6 +71,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "\n%s", ratios)
 	}
 	r.writeTail(w)
+	r.writePatterns(w)
 	if r.Dnsperf != nil {
 		fmt.Fprintf(w, "\n## Generator cross-check\n\n")
 		r.Dnsperf.write(w)
@@ -109,6 +110,64 @@ func (r *Report) writeTail(w io.Writer) {
 			fmt.Fprintf(w, "  - %s %v, began %v late, %d queries (%d resent), slowest exchange %v: `%s`\n",
 				s.Due.UTC().Format("15:04:05.000"), short(s.Latency), short(s.Late), s.Queries, s.Retries, short(s.SlowestExchange), s.SlowestName)
 		}
+	}
+}
+
+// writePatterns splits each design's lookups by the mix pattern that drew
+// their names, to show which names make a tail. Results without patterns
+// (results.json written before the generator kept them) leave it out.
+func (r *Report) writePatterns(w io.Writer) {
+	var rows []Row
+	var patterns []string
+	for _, row := range r.Rows {
+		if row.Load == nil || len(row.Load.ByPattern) == 0 {
+			continue
+		}
+		rows = append(rows, row)
+		if len(row.Load.ByPattern) > len(patterns) {
+			patterns = patterns[:0]
+			for _, p := range row.Load.ByPattern {
+				patterns = append(patterns, p.Pattern)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## Latency by name pattern\n\n")
+	fmt.Fprintf(w, "Per pattern of the mix and design: the pattern's share of the design's lookups, then p50, p99 and max of its answered lookups (from the time each was due), and its error answers and timeouts where there were any.\n\n")
+	fmt.Fprint(w, "| pattern |")
+	for _, row := range rows {
+		fmt.Fprintf(w, " %s |", row.Design)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range rows {
+		fmt.Fprint(w, "--:|")
+	}
+	fmt.Fprintln(w)
+	for i, pat := range patterns {
+		fmt.Fprintf(w, "| `%s` |", pat)
+		for _, row := range rows {
+			l := row.Load
+			if i >= len(l.ByPattern) || l.ByPattern[i].Pattern != pat {
+				fmt.Fprint(w, " – |")
+				continue
+			}
+			p := l.ByPattern[i]
+			share := 0.0
+			if l.Lookups > 0 {
+				share = 100 * float64(p.Lookups) / float64(l.Lookups)
+			}
+			fmt.Fprintf(w, " %.1f%% p50 %s p99 %s max %s", share, short(p.Percentiles.P50), short(p.Percentiles.P99), short(p.Percentiles.Max))
+			if p.Failed > 0 {
+				fmt.Fprintf(w, " fail %d", p.Failed)
+			}
+			if p.Timeouts > 0 {
+				fmt.Fprintf(w, " t/o %d", p.Timeouts)
+			}
+			fmt.Fprint(w, " |")
+		}
+		fmt.Fprintln(w)
 	}
 }
 
