@@ -211,6 +211,18 @@ func (c *Cache) Fresh(key []byte) bool {
 	return e != nil && (now < e.expiry || e.refreshFailed(now))
 }
 
+// Known reports whether key has an entry other than a SERVFAIL, fresh or
+// expired within the serve-stale window: its name was asked and answered
+// before. It counts no lookup and leaves the LRU as it is.
+func (c *Cache) Known(key []byte) bool {
+	s, h := c.shard(key)
+	now := c.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookup(h, key)
+	return e != nil && e.kind != ServFail && now < e.staleT
+}
+
 // refreshFailed reports whether e, expired, is served stale without a miss
 // at now: its refresh failed within RecheckInterval and it is still within
 // the serve-stale window.

@@ -30,10 +30,19 @@ import (
 // name asked, stored and served as any other; only the time it is asked
 // changes.
 //
+// A name that pods asked as it is before, whose entry is still in the
+// cache but expired (within the serve-stale window), has its exchange
+// started at once with the other two: the search path denied it last time,
+// and waiting for the three denials again would put its upstream round
+// trip after the backend's one. An external name that pods look up now and
+// then, with its entries expired in between, then costs one round trip
+// instead of two.
+//
 // What it costs: two more lookups in the backend's own zone (the kubernetes
 // plugin answers them from memory, nothing goes upstream), and two more
 // cache entries, usually negative, when the pod's first try was the answer.
-// Nothing goes upstream that the pod would not ask.
+// Nothing goes upstream that the pod would not ask, but for a name asked
+// upstream before that has since become a name of the cluster.
 // To keep that rare, a NAME of one label, the usual short Service name
 // whose first try is the answer, starts nothing. And it never adds load to
 // a busy backend: it starts nothing while searchPrefetchBelow exchanges or
@@ -108,12 +117,16 @@ func (s *searchPath) next(key []byte, dst *[3][dnswire.MaxKeyLen]byte) [][]byte 
 // stored (fly). Once the three tries are all denied (NXDOMAIN or NODATA),
 // the pod asks the name as it is next, and that exchange starts too: it is
 // the only one of a name outside the cluster that goes upstream, so it is
-// not started before the pod would ask it.
+// not started before the pod would ask it, unless the name was asked as it
+// is before (Cache.Known): then it starts at once.
 func (r *Resolver) searchPrefetch(key []byte, first *flight) {
 	var buf [3][dnswire.MaxKeyLen]byte
 	keys := r.search.next(key, &buf)
 	if keys == nil {
 		return
+	}
+	if r.cache.Known(keys[2]) {
+		r.prefetchKey(keys[2])
 	}
 	second, third := r.prefetchKey(keys[0]), r.prefetchKey(keys[1])
 	if second == nil || third == nil {

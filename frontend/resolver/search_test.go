@@ -291,3 +291,79 @@ func TestSearchPrefetchNotUpstreamUnlessDenied(t *testing.T) {
 		}
 	}
 }
+
+// clusterGate answers names under cluster.local. with cluster, once gate
+// is closed when one is set, and other names with outside at once.
+type clusterGate struct {
+	mu               sync.Mutex
+	gate             chan struct{}
+	names            []string
+	cluster, outside func(m *dns.Msg) (*dns.Msg, error)
+}
+
+func (g *clusterGate) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	g.mu.Lock()
+	g.names = append(g.names, m.Question[0].Name)
+	gate := g.gate
+	g.mu.Unlock()
+	if !dns.IsSubDomain("cluster.local.", m.Question[0].Name) {
+		return g.outside(m)
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.cluster(m)
+}
+
+func (g *clusterGate) asked(name string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(slices.DeleteFunc(slices.Clone(g.names), func(s string) bool { return s != name }))
+}
+
+// TestSearchPrefetchKnownNameAtOnce: once the entries of an external name
+// walked through the search path before have expired, a miss of its first
+// try starts the exchange of the name as it is at once, while the three
+// tries are still with the backend, instead of after their denials.
+func TestSearchPrefetchKnownNameAtOnce(t *testing.T) {
+	g := &clusterGate{cluster: nxdomain(t), outside: records(t, dns.RcodeSuccess, "www.example.com. 30 IN A 192.0.2.7")}
+	clk := &clock{t: time.Unix(1e9, 0)}
+	r, _ := newResolver(t, DefaultConfig(), g, clk)
+	serve(t, r, pack(t, "www.example.com.team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
+	r.wg.Wait()
+	if _, hit := serve(t, r, pack(t, "www.example.com.", dns.TypeA, nil), server.UDP); !hit {
+		t.Fatal("www.example.com.: not prefetched after the three denials")
+	}
+	clk.Advance(time.Minute) // every entry expired, within the serve-stale window
+	gate := make(chan struct{})
+	g.mu.Lock()
+	g.gate = gate
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.ServeSlow(context.Background(), buf(), pack(t, "www.example.com.team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
+	}()
+	for deadline := time.Now().Add(2 * time.Second); g.asked("www.example.com.") < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("www.example.com. not asked again while its first try waits for the backend")
+		}
+	}
+	close(gate)
+	<-done
+	r.wg.Wait()
+	if _, hit := serve(t, r, pack(t, "www.example.com.", dns.TypeA, nil), server.UDP); !hit {
+		t.Error("www.example.com.: a miss after the prefetch")
+	}
+	if n := g.asked("www.example.com."); n != 2 {
+		t.Errorf("www.example.com. asked %d times, want 2", n)
+	}
+	// A name never asked as it is waits for the denials, as before.
+	if r.cache.Known(keyOf(t, "other.example.com.", dns.TypeA, nil)) {
+		t.Error("Known: a name never asked")
+	}
+}
