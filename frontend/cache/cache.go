@@ -203,24 +203,25 @@ func (c *Cache) Get(dst []byte, q *dnswire.Query, limit int) ([]byte, Result) {
 // Fresh reports whether key has an answer Get would serve without a miss,
 // without counting a lookup or touching the entry's place in the LRU.
 func (c *Cache) Fresh(key []byte) bool {
-	s, h := c.shard(key)
-	now := c.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.lookup(h, key)
-	return e != nil && (now < e.expiry || e.refreshFailed(now))
+	return c.peek(key, func(e *Entry, now int64) bool { return now < e.expiry || e.refreshFailed(now) })
 }
 
 // Known reports whether key has an entry other than a SERVFAIL, fresh or
 // expired within the serve-stale window: its name was asked and answered
-// before. It counts no lookup and leaves the LRU as it is.
+// before. Like Fresh, it counts no lookup and leaves the LRU as it is.
 func (c *Cache) Known(key []byte) bool {
+	return c.peek(key, func(e *Entry, now int64) bool { return e.kind != ServFail && now < e.staleT })
+}
+
+// peek reports whether key has an entry for which ok holds at now, under
+// the shard's lock.
+func (c *Cache) peek(key []byte, ok func(e *Entry, now int64) bool) bool {
 	s, h := c.shard(key)
 	now := c.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.lookup(h, key)
-	return e != nil && e.kind != ServFail && now < e.staleT
+	return e != nil && ok(e, now)
 }
 
 // refreshFailed reports whether e, expired, is served stale without a miss
