@@ -330,10 +330,14 @@ func (c *Cache) insert(e *Entry) {
 	l.add(e, seg)
 	n := c.count[k].Add(1)
 	if n > limit || l.len() > l.cap {
-		if v := l.victim(e); v != nil {
-			c.drop(s, v)
-			s.st.Evictions[k]++
+		v := l.victim(e)
+		if v == nil {
+			// Over the cache's limit with nothing else in this shard:
+			// e is not kept, so that the limit holds.
+			v = e
 		}
+		c.drop(s, v)
+		s.st.Evictions[k]++
 	}
 }
 
