@@ -157,35 +157,46 @@ func TestSearchPrefetchSkips(t *testing.T) {
 }
 
 // gatedExchanger holds every exchange until release is closed.
+// askLog records the names a fake backend was asked.
+type askLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (l *askLog) record(name string) {
+	l.mu.Lock()
+	l.names = append(l.names, name)
+	l.mu.Unlock()
+}
+
+// asked returns how many times name was asked.
+func (l *askLog) asked(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(slices.DeleteFunc(slices.Clone(l.names), func(s string) bool { return s != name }))
+}
+
+// all returns the names asked, in order.
+func (l *askLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.names)
+}
+
 type gatedExchanger struct {
+	askLog
 	release chan struct{}
-	mu      sync.Mutex
-	names   []string
 	answer  func(m *dns.Msg) (*dns.Msg, error)
 }
 
 func (g *gatedExchanger) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
-	g.mu.Lock()
-	g.names = append(g.names, m.Question[0].Name)
-	g.mu.Unlock()
+	g.record(m.Question[0].Name)
 	select {
 	case <-g.release:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	return g.answer(m)
-}
-
-func (g *gatedExchanger) asked(name string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := 0
-	for _, s := range g.names {
-		if s == name {
-			n++
-		}
-	}
-	return n
 }
 
 // TestSearchPrefetchJoined: the pod's next try, sent while its prefetch is
@@ -210,10 +221,8 @@ func TestSearchPrefetchJoined(t *testing.T) {
 	if n := g.asked("a.b.c.svc.cluster.local."); n != 1 {
 		t.Errorf("a.b.c.svc.cluster.local. asked %d times, want 1", n)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.names) != 4 {
-		t.Errorf("backend asked %q, want the four tries of a.b.c", g.names)
+	if names := g.all(); len(names) != 4 {
+		t.Errorf("backend asked %q, want the four tries of a.b.c", names)
 	}
 }
 
@@ -295,9 +304,8 @@ func TestSearchPrefetchNotUpstreamUnlessDenied(t *testing.T) {
 // clusterGate answers names under cluster.local. with cluster, once gate
 // is closed when one is set, and other names with outside at once.
 type clusterGate struct {
-	mu               sync.Mutex
-	gate             chan struct{}
-	names            []string
+	askLog                         // its mu also guards gate
+	gate             chan struct{} // nil: answer at once
 	cluster, outside func(m *dns.Msg) (*dns.Msg, error)
 }
 
@@ -317,12 +325,6 @@ func (g *clusterGate) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error
 		}
 	}
 	return g.cluster(m)
-}
-
-func (g *clusterGate) asked(name string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(slices.DeleteFunc(slices.Clone(g.names), func(s string) bool { return s != name }))
 }
 
 // TestSearchPrefetchKnownNameAtOnce: once the entries of an external name
