@@ -80,11 +80,21 @@ type config struct {
 	cache           cache.Config
 	clusterDomain   string
 	searchPrefetch  bool
+	shedDelay       time.Duration
 	version         bool
 
 	// maxInflightPerSource bounds one client's misses in flight; 0 is
 	// server.Config's default (an eighth of maxInflight).
 	maxInflightPerSource int
+}
+
+// shedDelay maps --shed-delay to server.Config.ShedDelay, whose zero
+// value is the default and negative disables.
+func shedDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // newFlagSet registers every flag on a new FlagSet that fills cfg. It is
@@ -121,6 +131,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	fs.IntVar(&cfg.maxInflight, "max-inflight", server.DefaultMaxInflight, "misses resolved at once; past it queries are answered SERVFAIL")
 	fs.IntVar(&cfg.maxInflightPerSource, "max-inflight-per-source", 0, "misses of one client address resolved at once; past it its queries are answered SERVFAIL; 0 means an eighth of --max-inflight")
+	durationVar(fs, &cfg.shedDelay, "shed-delay", server.DefaultShedDelay, "queue delay that sheds misses: when every UDP batch read over 25ms had waited longer than this and 32 or more misses are in flight, the limit on misses in flight drops (to 3/4 of those in flight, at least 32) and misses past it are answered stale or SERVFAIL at once, so that cache hits stay fast; 0 disables")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long in-flight queries may take before teardown")
 	durationVar(fs, &cfg.bindTimeout, "bind-timeout", 0, "how long a --listen address another process holds is tried again, every 100ms, before the frontend exits; 0 fails at once (node-ip mode: the DNS server being replaced may still hold the node IP's port 53)")
 	fs.StringVar(&cfg.handoverDir, "handover-dir", defaultHandoverDir, "`DIR` of the unix socket through which a newer instance takes the sockets over; empty disables")
@@ -214,6 +225,9 @@ func (c config) validate() error {
 	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v: must be positive", c.shutdownTimeout))
+	}
+	if c.shedDelay < 0 {
+		errs = append(errs, fmt.Errorf("--shed-delay %v: must not be negative (0 disables)", c.shedDelay))
 	}
 	switch c.logLevel {
 	case "debug", "info", "warn", "error":

@@ -154,6 +154,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		Listen:               cfg.listen,
 		MaxInflight:          cfg.maxInflight,
 		MaxInflightPerSource: cfg.maxInflightPerSource,
+		ShedDelay:            shedDelay(cfg.shedDelay),
 		// The addresses go onto the interface only once the backend is
 		// ready (DESIGN.md, "Lifecycle rules"): bind them before that.
 		FreeBind:  cfg.setupNetwork,

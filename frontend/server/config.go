@@ -41,6 +41,11 @@ const (
 	// each budget to everybody else: it takes eight such pods at once to
 	// exhaust one. Stub resolvers send one query, or a handful, at a time.
 	DefaultSourceShare = 8
+	// DefaultShedDelay is the queue delay past which misses are shed
+	// (Config.ShedDelay): far below any stub resolver's timeout, and
+	// above what a busy node's scheduling adds for a moment (a standing
+	// queue must last a whole 25ms window).
+	DefaultShedDelay = 5 * time.Millisecond
 )
 
 // minTCPIdleTimeout is the shortest idle timeout a busy server gives a
@@ -97,6 +102,16 @@ type Config struct {
 	// Handler.Overloaded, as past MaxInflight. Default: MaxInflight /
 	// DefaultSourceShare (250), at least 1.
 	MaxInflightPerSource int
+
+	// ShedDelay is the queue delay that makes misses be shed: when, over
+	// a window of 25ms, every batch a UDP reader read had waited longer
+	// than this in its socket's queue, and at least 32 misses are in
+	// flight, the limit on misses in flight drops below MaxInflight and
+	// misses past it are answered by Handler.Overloaded; it rises again
+	// while the queue is under half of this (shed.go). Cache hits are
+	// never refused. Default: DefaultShedDelay; negative disables
+	// shedding (the delay is still measured).
+	ShedDelay time.Duration
 
 	// MaxTCPConns bounds the open TCP connections over all addresses;
 	// connections past it are closed at once and counted.
@@ -161,6 +176,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TCPIdleTimeout <= 0 {
 		c.TCPIdleTimeout = DefaultTCPIdleTimeout
+	}
+	switch {
+	case c.ShedDelay == 0:
+		c.ShedDelay = DefaultShedDelay
+	case c.ShedDelay < 0:
+		c.ShedDelay = 0
 	}
 	return c
 }

@@ -13,6 +13,7 @@ import (
 type serverMetrics struct {
 	udpIn, udpOut, tcpIn, tcpOut metrics.ShardedCounter
 	batch                        *metrics.ShardedHistogram
+	queueDelay                   *metrics.ShardedHistogram
 	overloaded                   *vm.Counter
 	inflight                     *vm.Gauge
 	tcpConns                     *vm.Gauge
@@ -33,15 +34,18 @@ const (
 	refusedInflightSource                // the client had MaxInflightPerSource running
 	refusedTCPTotal                      // MaxTCPConns connections open
 	refusedTCPSource                     // the client had MaxTCPConnsPerSource open
+	refusedQueueDelay                    // shed for a standing queue (shed.go)
 	numRefusals
 )
 
-var refusalNames = [numRefusals]string{"inflight_total", "inflight_source", "tcp_conns_total", "tcp_conns_source"}
+var refusalNames = [numRefusals]string{"inflight_total", "inflight_source", "tcp_conns_total", "tcp_conns_source", "queue_delay"}
 
 // Families of the server's series.
 const (
 	packetsFamily     = metrics.Namespace + "_server_packets_total"
 	batchFamily       = metrics.Namespace + "_server_batch_size"
+	queueDelayFamily  = metrics.Namespace + "_server_udp_queue_delay_seconds"
+	limitFamily       = metrics.Namespace + "_server_inflight_limit"
 	overloadedFamily  = metrics.Namespace + "_server_overloaded_total"
 	inflightFamily    = metrics.Namespace + "_server_inflight"
 	tcpConnsFamily    = metrics.Namespace + "_server_tcp_connections"
@@ -56,6 +60,8 @@ const (
 func newMetrics(set *vm.Set) *serverMetrics {
 	metrics.Help(packetsFamily, "DNS messages received (direction=in) and sent (direction=out), by transport.")
 	metrics.Help(batchFamily, "Datagrams returned by one recvmmsg call.")
+	metrics.Help(queueDelayFamily, "How long the first datagram of each recvmmsg batch, the oldest queued, had waited in its socket's queue.")
+	metrics.Help(limitFamily, "Misses that may be in flight now: max-inflight, lower while the UDP sockets' queues stand (shed-delay).")
 	metrics.Help(overloadedFamily, "Misses answered without resolution because max-inflight misses were already running, over all clients or of the client.")
 	metrics.Help(inflightFamily, "Misses being resolved right now.")
 	metrics.Help(tcpConnsFamily, "Open TCP client connections.")
@@ -63,7 +69,7 @@ func newMetrics(set *vm.Set) *serverMetrics {
 	metrics.Help(readErrFamily, "Socket read and accept errors, by transport.")
 	metrics.Help(writeErrFamily, "Socket write errors, by transport.")
 	metrics.Help(droppedFamily, "Received messages dropped unanswered because they were larger than 1232 bytes (a TCP connection is then closed) or shorter than a DNS header.")
-	metrics.Help(refusedFamily, "Misses (answered stale or SERVFAIL) and TCP connections (closed) refused for capacity, by reason: inflight_total, inflight_source, tcp_conns_total, tcp_conns_source.")
+	metrics.Help(refusedFamily, "Misses (answered stale or SERVFAIL) and TCP connections (closed) refused for capacity, by reason: inflight_total, inflight_source, tcp_conns_total, tcp_conns_source, queue_delay.")
 	metrics.Help(panicsFamily, "Handler panics recovered (each query answered SERVFAIL).")
 	packet := func(proto, direction string) string {
 		return metrics.Name(packetsFamily, "proto", proto, "direction", direction)
@@ -76,12 +82,14 @@ func newMetrics(set *vm.Set) *serverMetrics {
 		refused[r] = set.NewCounter(metrics.Name(refusedFamily, "reason", name))
 	}
 	return &serverMetrics{
-		refused:     refused,
-		tcpIn:       packets[0],
-		tcpOut:      packets[1],
-		udpIn:       packets[2],
-		udpOut:      packets[3],
-		batch:       metrics.NewShardedHistogram(set, batchFamily, []float64{1, 2, 4, 8, 16, 32, 64, 128}),
+		refused: refused,
+		tcpIn:   packets[0],
+		tcpOut:  packets[1],
+		udpIn:   packets[2],
+		udpOut:  packets[3],
+		batch:   metrics.NewShardedHistogram(set, batchFamily, []float64{1, 2, 4, 8, 16, 32, 64, 128}),
+		queueDelay: metrics.NewShardedHistogram(set, queueDelayFamily,
+			[]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}),
 		overloaded:  set.NewCounter(overloadedFamily),
 		inflight:    set.NewGauge(inflightFamily, nil),
 		tcpConns:    set.NewGauge(tcpConnsFamily, nil),

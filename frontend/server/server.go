@@ -29,8 +29,11 @@ type Server struct {
 	log *zap.Logger // always non-nil
 	m   *serverMetrics
 
-	inflight atomic.Int64 // misses running; bounded by cfg.MaxInflight
-	tcpCount atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
+	inflight atomic.Int64 // misses running; bounded by missLimit
+	// missLimit bounds inflight: cfg.MaxInflight, lower while the UDP
+	// sockets' queues stand (shed.go); shedNext is when it may move next.
+	missLimit, shedNext atomic.Int64
+	tcpCount            atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
 	// sources holds each client's misses in flight and TCP connections,
 	// bounded by cfg.MaxInflightPerSource and cfg.MaxTCPConnsPerSource.
 	// Misses and TCP accepts use it; cache hits never do.
@@ -82,6 +85,8 @@ func New(cfg Config, h Handler, log *zap.Logger, set *vm.Set) (*Server, error) {
 		m:     newMetrics(set),
 		conns: make(map[*tcpConn]struct{}),
 	}
+	s.missLimit.Store(int64(s.cfg.MaxInflight))
+	set.NewGauge(limitFamily, func() float64 { return float64(s.missLimit.Load()) })
 	s.slowCtx, s.slowCancel = context.WithCancel(context.Background())
 	s.jobs.New = func() any { return newMissJob(s) }
 	s.bigBufs.New = func() any { b := make([]byte, 0, maxMessage); return &b }
@@ -341,9 +346,13 @@ func (s *Server) closeSockets() {
 // the server's and one of the client's share. false means overloaded; the
 // refusal is counted by reason.
 func (s *Server) acquire(src srcKey) bool {
-	if s.inflight.Add(1) > int64(s.cfg.MaxInflight) {
+	if n := s.inflight.Add(1); n > s.missLimit.Load() {
 		s.inflight.Add(-1)
-		s.refuse(refusedInflightTotal)
+		if n > int64(s.cfg.MaxInflight) {
+			s.refuse(refusedInflightTotal)
+		} else {
+			s.refuse(refusedQueueDelay)
+		}
 		return false
 	}
 	if !s.sources.take(src, srcMisses, s.cfg.MaxInflightPerSource) {
@@ -366,7 +375,7 @@ func (s *Server) release(src srcKey) {
 func (s *Server) refuse(r refusal) {
 	s.m.refused[r].Inc()
 	switch r {
-	case refusedInflightTotal, refusedInflightSource:
+	case refusedInflightTotal, refusedInflightSource, refusedQueueDelay:
 		s.m.overloaded.Inc()
 	default:
 		s.m.tcpRejected.Inc()

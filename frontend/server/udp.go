@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"go.uber.org/zap"
@@ -27,6 +28,11 @@ type udpSocket struct {
 	riov  []unix.Iovec
 	names []unix.RawSockaddrInet6
 	rbuf  []byte
+	// ctrl receives the arrival stamp of a batch's first message, when
+	// the socket stamps datagrams (stamped); win acts on it (shed.go).
+	ctrl    []byte
+	stamped bool
+	win     delayWindow
 
 	// Write side: the hits of one batch are copied into arena (never
 	// grown, so the iovecs stay valid) and sent with one sendmmsg.
@@ -73,6 +79,17 @@ func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
 		wiov:    make([]unix.Iovec, n),
 		arena:   make([]byte, 0, n*arenaPerMessage),
 		scratch: make([]byte, 0, maxMessage),
+		ctrl:    make([]byte, stampCtrlLen),
+	}
+	if err := enableStamps(rc); err != nil {
+		// Queue delay is then neither measured nor acted on; every
+		// query is still answered.
+		s.log.Warn("udp: datagrams are not stamped on arrival; queue-delay shedding is off for this socket",
+			zap.String("addr", u.local), zap.Error(err))
+	} else {
+		u.stamped = true
+		u.rhdr[0].Hdr.Control = &u.ctrl[0]
+		u.rhdr[0].Hdr.SetControllen(stampCtrlLen)
 	}
 	for i := range n {
 		u.riov[i].Base = &u.rbuf[i*maxUDPRequest]
@@ -189,6 +206,9 @@ func (u *udpSocket) handleBatch(n int) {
 	s := u.s
 	s.m.udpIn.Add(n)
 	s.m.batch.Update(float64(n))
+	if u.stamped {
+		u.observeDelay()
+	}
 	u.arena, u.pending = u.arena[:0], 0
 	for i := range n {
 		h := &u.rhdr[i]
@@ -217,6 +237,40 @@ func (u *udpSocket) handleBatch(n int) {
 	for i := range n {
 		u.rhdr[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 	}
+	if u.stamped {
+		u.rhdr[0].Hdr.SetControllen(stampCtrlLen)
+	}
+}
+
+// observeDelay records how long the batch's first datagram, the oldest
+// of the queue it was read from, waited there, and feeds the shedder.
+func (u *udpSocket) observeDelay() {
+	h := &u.rhdr[0].Hdr
+	now := time.Now().UnixNano()
+	d := queueDelay(now, arrival(u.ctrl[:min(int(h.Controllen), len(u.ctrl))]))
+	if d < 0 {
+		return
+	}
+	u.s.m.queueDelay.Update(float64(d) / 1e9)
+	if u.s.cfg.ShedDelay > 0 {
+		u.s.observeDelay(&u.win, now, d)
+	}
+}
+
+// enableStamps has the kernel stamp each datagram of rc with its arrival
+// time (SO_TIMESTAMPNS).
+func enableStamps(rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("set SO_TIMESTAMPNS: %w", err)
+	}
+	return nil
 }
 
 // queue adds the answer to message i to the pending sendmmsg.

@@ -98,7 +98,7 @@ func (e *Env) chaos(ctx context.Context, cfg Config, w io.Writer) []ChaosRow {
 			if ctx.Err() != nil {
 				break
 			}
-			if x.frontOnly && frontProcess(t) == nil {
+			if x.frontOnly && frontProcess(t) == nil || !strings.Contains(x.name, cfg.ChaosOnly) {
 				continue
 			}
 			rows = append(rows, e.runExperiment(ctx, cfg, t, x, w))

@@ -49,6 +49,9 @@ type Config struct {
 	Chaos bool
 	// ChaosDuration is the length of each chaos run.
 	ChaosDuration time.Duration
+	// ChaosOnly, when set, runs only the experiments whose name
+	// contains it ("flood", "SIGKILL").
+	ChaosOnly string
 	// GeneratorRealtime runs the load generator under SCHED_RR (chrt -r
 	// 1, as root): the designs' processes, the control plane and other
 	// work on the machine then cannot make it begin a lookup late, which

@@ -155,6 +155,7 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- $f = append $f (list "sync-interval" (toString .Values.syncInterval)) -}}
 {{- $f = append $f (list "log-level" (toString .Values.logLevel)) -}}
 {{- $f = append $f (list "max-inflight" (int64 .Values.maxInflight | toString)) -}}
+{{- $f = append $f (list "shed-delay" (toString .Values.shedDelay)) -}}
 {{- $c := .Values.cache -}}
 {{- $f = append $f (list "cache-size" (int64 $c.size | toString)) -}}
 {{- $f = append $f (list "negative-cache-size" (int64 $c.negativeSize | toString)) -}}

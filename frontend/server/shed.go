@@ -1,0 +1,129 @@
+package server
+
+import (
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Queue-delay shedding.
+//
+// A cache hit costs the frontend a few microseconds; a miss costs ten
+// times that here and as much again in the backend, which shares the
+// node's cores. When misses come faster than the node can resolve them
+// (a pod asking random names), the misses' goroutines and the backend
+// take the CPU, datagrams wait in the sockets' queues, and the cache hits
+// of every other pod wait behind them: beside compare's random-name flood
+// (2,000 lookups a second, twelve thousand misses) hits waited about a
+// second at the median, with 2,000 misses in flight over 1,000 backend
+// connections.
+//
+// Each UDP socket therefore has the kernel stamp every datagram on
+// arrival (SO_TIMESTAMPNS). Its reader looks at the stamp of the first
+// datagram of each batch, the oldest queued, and keeps the smallest such
+// delay over a window of shedWindow. A window whose every batch waited
+// longer than the target (Config.ShedDelay) is a standing queue, not a
+// burst: the server's limit on misses in flight then drops to three
+// quarters of the misses in flight, never under shedMinInflight, and the
+// misses past it are answered by Handler.Overloaded (stale when it can,
+// else SERVFAIL, both at the cost of a hit). A window whose smallest delay
+// is under half the target raises the limit by an eighth, up to
+// Config.MaxInflight. A limit on misses in flight, not a share of them
+// refused, because an admitted miss costs CPU for as long as it waits in
+// the backend's queue: the limit bounds that queue at once, where a
+// share would act only once the queue had already formed.
+//
+// The limit drops only while at least shedMinInflight misses are in
+// flight: a queue that builds with few misses running comes from
+// something else taking the CPU, and refusing misses would fail lookups
+// without shortening it. Readers keep their window to themselves (no
+// shared write on the hit path); at most one of them moves the limit per
+// window, as the readers of one process share the cores and so see the
+// same queue.
+
+const (
+	shedWindow      = 25 * time.Millisecond
+	shedMinInflight = 32
+)
+
+// delayWindow is one reader's current window. Only its reader uses it.
+type delayWindow struct {
+	end      int64 // unix ns at which the window ends
+	minDelay int64 // smallest head delay of the window so far
+}
+
+// observeDelay records the head delay (ns) of a batch that a reader with
+// window w read at now (unix ns), and moves the limit on misses in
+// flight when the window closes.
+func (s *Server) observeDelay(w *delayWindow, now, delay int64) {
+	if now < w.end {
+		w.minDelay = min(w.minDelay, delay)
+		return
+	}
+	idle := now-w.end >= shedWindow.Nanoseconds() // no batch for a whole window
+	minDelay := w.minDelay
+	w.end, w.minDelay = now+shedWindow.Nanoseconds(), delay
+	next := s.shedNext.Load()
+	if now < next || !s.shedNext.CompareAndSwap(next, now+shedWindow.Nanoseconds()) {
+		return // another reader moved the limit in this window
+	}
+	s.missLimit.Store(nextLimit(s.missLimit.Load(), s.inflight.Load(), int64(s.cfg.MaxInflight),
+		s.cfg.ShedDelay.Nanoseconds(), minDelay, idle))
+}
+
+// nextLimit is the limit on misses in flight after a window whose
+// smallest head delay was minDelay (idle: no batch in it), with inflight
+// misses in flight now, for a target delay and the configured most.
+func nextLimit(limit, inflight, most, target, minDelay int64, idle bool) int64 {
+	switch {
+	case idle || minDelay < target/2:
+		return min(most, limit+max(limit/8, shedMinInflight/2))
+	case minDelay > target && inflight >= shedMinInflight:
+		return max(shedMinInflight, min(limit, inflight)*3/4)
+	}
+	return limit
+}
+
+// sizeofTimespec is the size of the SCM_TIMESTAMPNS payload.
+const sizeofTimespec = int(unsafe.Sizeof(unix.Timespec{}))
+
+// stampCtrlLen is the control buffer of the one message per batch whose
+// arrival stamp is read: one cmsg holding a timespec.
+var stampCtrlLen = unix.CmsgSpace(sizeofTimespec)
+
+// maxStampAge bounds a plausible queue delay: a stamp older than this
+// (a step of the wall clock, a socket that was adopted with datagrams
+// queued for a long time) is not counted.
+const maxStampAge = int64(10 * time.Second)
+
+// arrival returns the kernel's arrival stamp (unix ns) from the control
+// data ctrl of one received message, or 0 when it carries none.
+func arrival(ctrl []byte) int64 {
+	if len(ctrl) < unix.CmsgLen(sizeofTimespec) {
+		return 0
+	}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&ctrl[0]))
+	if h.Level != unix.SOL_SOCKET || h.Type != unix.SCM_TIMESTAMPNS ||
+		int(h.Len) < unix.CmsgLen(sizeofTimespec) {
+		return 0
+	}
+	ts := (*unix.Timespec)(unsafe.Pointer(&ctrl[unix.CmsgLen(0)]))
+	return ts.Nano()
+}
+
+// queueDelay is how long a datagram stamped at (unix ns) had waited at
+// now, or -1 when the stamp is missing or implausible.
+func queueDelay(now, at int64) int64 {
+	if at == 0 {
+		return -1
+	}
+	d := now - at
+	if d < 0 {
+		return 0 // clocks of different CPUs, read a few ns apart
+	}
+	if d > maxStampAge {
+		return -1
+	}
+	return d
+}

@@ -1,0 +1,265 @@
+package server
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+	"unsafe"
+
+	vm "github.com/VictoriaMetrics/metrics"
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/shared/metrics"
+	"github.com/nodedns/nodedns/shared/metrics/metricstest"
+)
+
+func TestNextLimit(t *testing.T) {
+	const (
+		ms     = int64(time.Millisecond)
+		target = 5 * ms
+		most   = 2000
+	)
+	for _, c := range []struct {
+		name                   string
+		limit, inflight, delay int64
+		idle                   bool
+		want                   int64
+	}{
+		{"standing queue: three quarters of the misses in flight", most, 1000, 9 * ms, false, 750},
+		{"standing queue, limit under in flight: three quarters of the limit", 400, 1000, 9 * ms, false, 300},
+		{"never under the floor", 40, 1000, 9 * ms, false, shedMinInflight},
+		{"too few in flight to be the cause", most, shedMinInflight - 1, 9 * ms, false, most},
+		{"between half the target and the target: kept", 300, 1000, 4 * ms, false, 300},
+		{"under half the target: an eighth more", 800, 1000, 2 * ms, false, 900},
+		{"small limits grow by at least half the floor", shedMinInflight, 0, 0, false, shedMinInflight + shedMinInflight/2},
+		{"an idle window counts as no queue", 800, 1000, 9 * ms, true, 900},
+		{"never over the configured most", most - 10, 0, 0, false, most},
+	} {
+		if got := nextLimit(c.limit, c.inflight, most, target, c.delay, c.idle); got != c.want {
+			t.Errorf("%s: nextLimit(%d, %d, ..., %v) = %d, want %d", c.name, c.limit, c.inflight, time.Duration(c.delay), got, c.want)
+		}
+	}
+}
+
+// TestObserveDelayWindows: a window closes with the first batch after its
+// end and is judged by its smallest delay, and two readers closing
+// windows at the same time move the limit once.
+func TestObserveDelayWindows(t *testing.T) {
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, ShedDelay: 5 * time.Millisecond}, &fakeHandler{}, nil, metrics.NewSet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.inflight.Store(1000)
+	ms := int64(time.Millisecond)
+	win := shedWindow.Nanoseconds()
+	now := int64(1e18)
+	var a, b delayWindow
+	s.observeDelay(&a, now, 9*ms) // opens a's first window
+	s.observeDelay(&b, now, 9*ms)
+	s.observeDelay(&a, now+win/2, 1*ms) // one short wait: no standing queue
+	s.observeDelay(&b, now+win/2, 8*ms)
+	now += win
+	s.observeDelay(&a, now, 9*ms)
+	s.observeDelay(&b, now, 9*ms) // the same window: a moved the limit already
+	if got := s.missLimit.Load(); got != int64(DefaultMaxInflight) {
+		t.Fatalf("after a window with a 1ms wait: limit %d, want %d", got, DefaultMaxInflight)
+	}
+	now += win
+	s.observeDelay(&b, now, 9*ms)
+	s.observeDelay(&a, now, 9*ms)
+	if got := s.missLimit.Load(); got != 750 {
+		t.Fatalf("after a standing window: limit %d, want 750", got)
+	}
+}
+
+func TestArrival(t *testing.T) {
+	ctrl := make([]byte, stampCtrlLen)
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&ctrl[0]))
+	h.Level, h.Type = unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS
+	h.SetLen(unix.CmsgLen(sizeofTimespec))
+	ts := (*unix.Timespec)(unsafe.Pointer(&ctrl[unix.CmsgLen(0)]))
+	*ts = unix.NsecToTimespec(1_700_000_000_123_456_789)
+	if got := arrival(ctrl); got != 1_700_000_000_123_456_789 {
+		t.Errorf("arrival = %d", got)
+	}
+	for name, bad := range map[string]func(c []byte){
+		"short":      func(c []byte) { clear(c[unix.CmsgLen(0):]) },
+		"other type": func(c []byte) { (*unix.Cmsghdr)(unsafe.Pointer(&c[0])).Type = unix.SCM_RIGHTS },
+		"other lvl":  func(c []byte) { (*unix.Cmsghdr)(unsafe.Pointer(&c[0])).Level = unix.SOL_IP },
+		"short len":  func(c []byte) { (*unix.Cmsghdr)(unsafe.Pointer(&c[0])).SetLen(unix.CmsgLen(0)) },
+	} {
+		c := append([]byte(nil), ctrl...)
+		bad(c)
+		if name == "short" {
+			c = c[:unix.CmsgLen(0)]
+		}
+		if got := arrival(c); got != 0 {
+			t.Errorf("%s: arrival = %d, want 0", name, got)
+		}
+	}
+	if got := arrival(nil); got != 0 {
+		t.Errorf("no control data: arrival = %d, want 0", got)
+	}
+	for _, c := range []struct{ now, at, want int64 }{
+		{now: 100, at: 0, want: -1},
+		{now: 100, at: 40, want: 60},
+		{now: 100, at: 101, want: 0},
+		{now: 100 + maxStampAge + 1, at: 100, want: -1},
+	} {
+		if got := queueDelay(c.now, c.at); got != c.want {
+			t.Errorf("queueDelay(%d, %d) = %d, want %d", c.now, c.at, got, c.want)
+		}
+	}
+}
+
+// costlyHandler makes the reader slow: every ServeFast spins for cost,
+// as a reader short of CPU would be. Names starting with 'h' are hits;
+// every other is a miss whose ServeSlow waits for release (or answers at
+// once when release is nil), so that misses stay in flight.
+type costlyHandler struct {
+	fakeHandler
+	cost    time.Duration
+	release chan struct{}
+}
+
+func (h *costlyHandler) ServeFast(dst, req []byte, _ Proto) ([]byte, bool) {
+	for start := time.Now(); time.Since(start) < h.cost; {
+	}
+	if len(req) > 13 && req[13] == 'h' {
+		return answer(dst, req), true
+	}
+	return nil, false
+}
+
+func (h *costlyHandler) ServeSlow(ctx context.Context, dst, req []byte, _ Proto) []byte {
+	if h.release != nil {
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+		}
+	}
+	return answer(dst, req)
+}
+
+// floodQueue sends misses to addr from sources 127.0.0.2-9 at about rate
+// queries a second for d, reading and dropping the answers.
+func floodQueue(t *testing.T, addr string, rate int, d time.Duration) {
+	t.Helper()
+	var conns []net.Conn
+	for i := 2; i < 10; i++ {
+		c, err := dialFrom(t, "udp", net.IPv4(127, 0, 0, byte(i)).String(), addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go func() {
+			buf := make([]byte, 1500)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+		conns = append(conns, c)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("miss.example.", dns.TypeA)
+	q, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tick = time.Millisecond
+	perTick := max(1, rate/int(time.Second/tick))
+	sent := 0
+	for start := time.Now(); time.Since(start) < d; {
+		for range perTick {
+			q[0], q[1] = byte(sent>>8), byte(sent)
+			_, _ = conns[sent%len(conns)].Write(q)
+			sent++
+		}
+		time.Sleep(tick)
+	}
+}
+
+// delayedOver is how many batches waited longer than the bound (one of
+// the histogram's).
+func delayedOver(t *testing.T, set *vm.Set, le string) float64 {
+	t.Helper()
+	all := metricstest.Value(t, set, "nodedns_server_udp_queue_delay_seconds_count")
+	under := metricstest.Value(t, set, `nodedns_server_udp_queue_delay_seconds_bucket{le="`+le+`"}`)
+	return all - under
+}
+
+// TestShedStandingQueue: a reader that takes 300µs a query, sent 8,000
+// misses a second that stay in flight, falls behind: its datagrams wait
+// ever longer in the socket's queue. It must then refuse new misses for
+// the queue's delay (answered by Overloaded); with shedding off it must
+// not, though the queue is the same.
+func TestShedStandingQueue(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		shed time.Duration
+	}{{"on", 2 * time.Millisecond}, {"off", -1}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := &costlyHandler{cost: 300 * time.Microsecond, release: make(chan struct{})}
+			s, set := startServer(t, Config{UDPSockets: 1, ShedDelay: c.shed}, h)
+			t.Cleanup(func() { close(h.release) })
+			floodQueue(t, s.Addrs()[0], 8000, 700*time.Millisecond)
+			shed := refusedSeries("queue_delay")
+			if c.shed > 0 {
+				waitFor(t, func() bool { return metricstest.Value(t, set, shed) > 0 })
+			} else {
+				time.Sleep(200 * time.Millisecond)
+			}
+			if n := delayedOver(t, set, "0.01"); n == 0 {
+				t.Fatalf("no batch waited over 10ms: the reader kept up, the test shows nothing")
+			}
+			got := metricstest.Value(t, set, shed)
+			switch {
+			case c.shed > 0 && got == 0:
+				t.Errorf("standing queue, %d misses in flight: no miss shed", s.inflight.Load())
+			case c.shed < 0 && got != 0:
+				t.Errorf("shedding off: %v misses shed", got)
+			}
+			if got > 0 && metricstest.Value(t, set, "nodedns_server_overloaded_total") < got {
+				t.Errorf("shed misses not counted as overloaded")
+			}
+			t.Logf("shed %v misses; %v refused for the client's share; limit now %v", got,
+				metricstest.Value(t, set, refusedSeries("inflight_source")),
+				metricstest.Value(t, set, "nodedns_server_inflight_limit"))
+		})
+	}
+}
+
+// TestNoShedFewInflight: the same slow reader, but misses that are
+// answered at once: the queue stands, yet with few misses in flight
+// refusing misses would not shorten it, so none is shed.
+func TestNoShedFewInflight(t *testing.T) {
+	h := &costlyHandler{cost: 300 * time.Microsecond}
+	s, set := startServer(t, Config{UDPSockets: 1, ShedDelay: 2 * time.Millisecond}, h)
+	floodQueue(t, s.Addrs()[0], 8000, 700*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	if n := delayedOver(t, set, "0.01"); n == 0 {
+		t.Fatalf("no batch waited over 10ms: the reader kept up, the test shows nothing")
+	}
+	if got := metricstest.Value(t, set, refusedSeries("queue_delay")); got != 0 {
+		t.Errorf("%v misses shed with at most a few in flight", got)
+	}
+}
+
+// TestNoShedKeepingUp: a reader that keeps up (no cost per query) is
+// sent misses that stay in flight: no standing queue, nothing shed.
+func TestNoShedKeepingUp(t *testing.T) {
+	h := &costlyHandler{release: make(chan struct{})}
+	s, set := startServer(t, Config{UDPSockets: 1}, h)
+	t.Cleanup(func() { close(h.release) })
+	floodQueue(t, s.Addrs()[0], 2000, 500*time.Millisecond)
+	if s.inflight.Load() < shedMinInflight {
+		t.Fatalf("%d misses in flight: the test shows nothing", s.inflight.Load())
+	}
+	if got := metricstest.Value(t, set, refusedSeries("queue_delay")); got != 0 {
+		t.Errorf("%v misses shed by a reader that keeps up (queue delay over 5ms in %v batches)", got, delayedOver(t, set, "0.005"))
+	}
+}
