@@ -105,9 +105,10 @@ type Config struct {
 
 	// ShedDelay is the queue delay that makes misses be shed: when, over
 	// a window of 25ms, every batch a UDP reader read had waited longer
-	// than this in its socket's queue, and at least 32 misses are in
-	// flight, the limit on misses in flight drops below MaxInflight and
-	// misses past it are answered by Handler.Overloaded; it rises again
+	// than this in its socket's queue, and the window started at least 16
+	// misses per P (640 a second), the limit on misses in flight drops
+	// below MaxInflight and misses past it are answered by
+	// Handler.Overloaded; it rises again
 	// while the queue is under half of this (shed.go). Cache hits are
 	// never refused. Default: DefaultShedDelay; negative disables
 	// shedding (the delay is still measured).

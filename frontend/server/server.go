@@ -33,7 +33,10 @@ type Server struct {
 	// missLimit bounds inflight: cfg.MaxInflight, lower while the UDP
 	// sockets' queues stand (shed.go); shedNext is when it may move next.
 	missLimit, shedNext atomic.Int64
-	tcpCount            atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
+	// missesStarted counts the misses admitted; shedStarted is its value when
+	// the limit last moved.
+	missesStarted, shedStarted atomic.Int64
+	tcpCount                   atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
 	// sources holds each client's misses in flight and TCP connections,
 	// bounded by cfg.MaxInflightPerSource and cfg.MaxTCPConnsPerSource.
 	// Misses and TCP accepts use it; cache hits never do.
@@ -360,6 +363,7 @@ func (s *Server) acquire(src srcKey) bool {
 		s.refuse(refusedInflightSource)
 		return false
 	}
+	s.missesStarted.Add(1)
 	s.m.inflight.Inc()
 	return true
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -25,7 +26,7 @@ import (
 // delay over a window of shedWindow. A window whose every batch waited
 // longer than the target (Config.ShedDelay) is a standing queue, not a
 // burst: the server's limit on misses in flight then drops to three
-// quarters of the misses in flight, never under shedMinInflight, and the
+// quarters of the misses in flight, never under shedFloor, and the
 // misses past it are answered by Handler.Overloaded (stale when it can,
 // else SERVFAIL, both at the cost of a hit). A window whose smallest delay
 // is under half the target raises the limit by an eighth, up to
@@ -34,17 +35,24 @@ import (
 // the backend's queue: the limit bounds that queue at once, where a
 // share would act only once the queue had already formed.
 //
-// The limit drops only while at least shedMinInflight misses are in
-// flight: a queue that builds with few misses running comes from
-// something else taking the CPU, and refusing misses would fail lookups
-// without shortening it. Readers keep their window to themselves (no
-// shared write on the hit path); at most one of them moves the limit per
-// window, as the readers of one process share the cores and so see the
-// same queue.
+// The limit drops only after a window in which the server started at
+// least shedMinStarted misses per P: a queue that builds while few misses
+// start comes from something else taking the CPU (another pod, or the
+// rest of the queries), and refusing misses would fail lookups without
+// shortening it. The count of misses in flight would not tell: names that
+// hang upstream hold slots for seconds at no cost. Readers keep their
+// window to themselves (no shared write on the hit path); at most one of
+// them moves the limit per window, as the readers of one process share
+// the cores and so see the same queue.
 
 const (
-	shedWindow      = 25 * time.Millisecond
-	shedMinInflight = 32
+	shedWindow = 25 * time.Millisecond
+	// shedFloor is the lowest the limit goes.
+	shedFloor = 32
+	// shedMinStarted is the misses per P a window must start for a
+	// standing queue to be blamed on misses: 16 in 25ms, 640 a second,
+	// a fifth of a core or more at the frontend's and backend's cost.
+	shedMinStarted = 16
 )
 
 // delayWindow is one reader's current window. Only its reader uses it.
@@ -68,19 +76,22 @@ func (s *Server) observeDelay(w *delayWindow, now, delay int64) {
 	if now < next || !s.shedNext.CompareAndSwap(next, now+shedWindow.Nanoseconds()) {
 		return // another reader moved the limit in this window
 	}
+	started := s.missesStarted.Load()
+	busy := started-s.shedStarted.Swap(started) >= int64(shedMinStarted*runtime.GOMAXPROCS(0))
 	s.missLimit.Store(nextLimit(s.missLimit.Load(), s.inflight.Load(), int64(s.cfg.MaxInflight),
-		s.cfg.ShedDelay.Nanoseconds(), minDelay, idle))
+		s.cfg.ShedDelay.Nanoseconds(), minDelay, idle, busy))
 }
 
 // nextLimit is the limit on misses in flight after a window whose
-// smallest head delay was minDelay (idle: no batch in it), with inflight
-// misses in flight now, for a target delay and the configured most.
-func nextLimit(limit, inflight, most, target, minDelay int64, idle bool) int64 {
+// smallest head delay was minDelay (idle: no batch in it; busy: it
+// started enough misses to be the cause), with inflight misses in flight
+// now, for a target delay and the configured most.
+func nextLimit(limit, inflight, most, target, minDelay int64, idle, busy bool) int64 {
 	switch {
 	case idle || minDelay < target/2:
-		return min(most, limit+max(limit/8, shedMinInflight/2))
-	case minDelay > target && inflight >= shedMinInflight:
-		return max(shedMinInflight, min(limit, inflight)*3/4)
+		return min(most, limit+max(limit/8, shedFloor/2))
+	case minDelay > target && busy:
+		return max(shedFloor, min(limit, inflight)*3/4)
 	}
 	return limit
 }

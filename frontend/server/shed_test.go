@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
@@ -24,20 +25,20 @@ func TestNextLimit(t *testing.T) {
 	for _, c := range []struct {
 		name                   string
 		limit, inflight, delay int64
-		idle                   bool
+		idle, busy             bool
 		want                   int64
 	}{
-		{"standing queue: three quarters of the misses in flight", most, 1000, 9 * ms, false, 750},
-		{"standing queue, limit under in flight: three quarters of the limit", 400, 1000, 9 * ms, false, 300},
-		{"never under the floor", 40, 1000, 9 * ms, false, shedMinInflight},
-		{"too few in flight to be the cause", most, shedMinInflight - 1, 9 * ms, false, most},
-		{"between half the target and the target: kept", 300, 1000, 4 * ms, false, 300},
-		{"under half the target: an eighth more", 800, 1000, 2 * ms, false, 900},
-		{"small limits grow by at least half the floor", shedMinInflight, 0, 0, false, shedMinInflight + shedMinInflight/2},
-		{"an idle window counts as no queue", 800, 1000, 9 * ms, true, 900},
-		{"never over the configured most", most - 10, 0, 0, false, most},
+		{"standing queue: three quarters of the misses in flight", most, 1000, 9 * ms, false, true, 750},
+		{"standing queue, limit under in flight: three quarters of the limit", 400, 1000, 9 * ms, false, true, 300},
+		{"never under the floor", 40, 1000, 9 * ms, false, true, shedFloor},
+		{"too few misses started to be the cause", most, 1000, 9 * ms, false, false, most},
+		{"between half the target and the target: kept", 300, 1000, 4 * ms, false, true, 300},
+		{"under half the target: an eighth more", 800, 1000, 2 * ms, false, true, 900},
+		{"small limits grow by at least half the floor", shedFloor, 0, 0, false, false, shedFloor + shedFloor/2},
+		{"an idle window counts as no queue", 800, 1000, 9 * ms, true, true, 900},
+		{"never over the configured most", most - 10, 0, 0, false, false, most},
 	} {
-		if got := nextLimit(c.limit, c.inflight, most, target, c.delay, c.idle); got != c.want {
+		if got := nextLimit(c.limit, c.inflight, most, target, c.delay, c.idle, c.busy); got != c.want {
 			t.Errorf("%s: nextLimit(%d, %d, ..., %v) = %d, want %d", c.name, c.limit, c.inflight, time.Duration(c.delay), got, c.want)
 		}
 	}
@@ -52,12 +53,14 @@ func TestObserveDelayWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.inflight.Store(1000)
+	busy := func() { s.missesStarted.Add(int64(shedMinStarted * runtime.GOMAXPROCS(0))) }
 	ms := int64(time.Millisecond)
 	win := shedWindow.Nanoseconds()
 	now := int64(1e18)
 	var a, b delayWindow
 	s.observeDelay(&a, now, 9*ms) // opens a's first window
 	s.observeDelay(&b, now, 9*ms)
+	busy()
 	s.observeDelay(&a, now+win/2, 1*ms) // one short wait: no standing queue
 	s.observeDelay(&b, now+win/2, 8*ms)
 	now += win
@@ -67,10 +70,17 @@ func TestObserveDelayWindows(t *testing.T) {
 		t.Fatalf("after a window with a 1ms wait: limit %d, want %d", got, DefaultMaxInflight)
 	}
 	now += win
+	s.observeDelay(&b, now, 9*ms) // a standing window, but few misses started
+	s.observeDelay(&a, now, 9*ms)
+	if got := s.missLimit.Load(); got != int64(DefaultMaxInflight) {
+		t.Fatalf("after a standing window that started few misses: limit %d, want %d", got, DefaultMaxInflight)
+	}
+	busy()
+	now += win
 	s.observeDelay(&b, now, 9*ms)
 	s.observeDelay(&a, now, 9*ms)
 	if got := s.missLimit.Load(); got != 750 {
-		t.Fatalf("after a standing window: limit %d, want 750", got)
+		t.Fatalf("after a standing window that started many misses: limit %d, want 750", got)
 	}
 }
 
@@ -143,9 +153,9 @@ func (h *costlyHandler) ServeSlow(ctx context.Context, dst, req []byte, _ Proto)
 	return answer(dst, req)
 }
 
-// floodQueue sends misses to addr from sources 127.0.0.2-9 at about rate
-// queries a second for d, reading and dropping the answers.
-func floodQueue(t *testing.T, addr string, rate int, d time.Duration) {
+// floodQueue sends queries for name to addr from sources 127.0.0.2-9 at
+// about rate queries a second for d, reading and dropping the answers.
+func floodQueue(t *testing.T, addr, name string, rate int, d time.Duration) {
 	t.Helper()
 	var conns []net.Conn
 	for i := 2; i < 10; i++ {
@@ -165,7 +175,7 @@ func floodQueue(t *testing.T, addr string, rate int, d time.Duration) {
 		conns = append(conns, c)
 	}
 	m := new(dns.Msg)
-	m.SetQuestion("miss.example.", dns.TypeA)
+	m.SetQuestion(name, dns.TypeA)
 	q, err := m.Pack()
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +216,7 @@ func TestShedStandingQueue(t *testing.T) {
 			h := &costlyHandler{cost: 300 * time.Microsecond, release: make(chan struct{})}
 			s, set := startServer(t, Config{UDPSockets: 1, ShedDelay: c.shed}, h)
 			t.Cleanup(func() { close(h.release) })
-			floodQueue(t, s.Addrs()[0], 8000, 700*time.Millisecond)
+			floodQueue(t, s.Addrs()[0], "miss.example.", 8000, 700*time.Millisecond)
 			shed := refusedSeries("queue_delay")
 			if c.shed > 0 {
 				waitFor(t, func() bool { return metricstest.Value(t, set, shed) > 0 })
@@ -233,19 +243,30 @@ func TestShedStandingQueue(t *testing.T) {
 	}
 }
 
-// TestNoShedFewInflight: the same slow reader, but misses that are
-// answered at once: the queue stands, yet with few misses in flight
-// refusing misses would not shorten it, so none is shed.
-func TestNoShedFewInflight(t *testing.T) {
-	h := &costlyHandler{cost: 300 * time.Microsecond}
+// TestNoShedFewMisses: the same slow reader, flooded with hits, while a
+// few misses a second hang (names whose servers never answer): the queue
+// stands and a hundred misses are in flight, but so few start that
+// refusing them would not shorten the queue, so none is refused.
+func TestNoShedFewMisses(t *testing.T) {
+	h := &costlyHandler{cost: 300 * time.Microsecond, release: make(chan struct{})}
 	s, set := startServer(t, Config{UDPSockets: 1, ShedDelay: 2 * time.Millisecond}, h)
-	floodQueue(t, s.Addrs()[0], 8000, 700*time.Millisecond)
+	t.Cleanup(func() { close(h.release) })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		floodQueue(t, s.Addrs()[0], "miss.example.", 300, 700*time.Millisecond)
+	}()
+	floodQueue(t, s.Addrs()[0], "hit.example.", 8000, 700*time.Millisecond)
+	<-done
 	time.Sleep(200 * time.Millisecond)
 	if n := delayedOver(t, set, "0.01"); n == 0 {
 		t.Fatalf("no batch waited over 10ms: the reader kept up, the test shows nothing")
 	}
+	if n := s.inflight.Load(); n < shedFloor {
+		t.Fatalf("%d misses in flight: the test shows nothing", n)
+	}
 	if got := metricstest.Value(t, set, refusedSeries("queue_delay")); got != 0 {
-		t.Errorf("%v misses shed with at most a few in flight", got)
+		t.Errorf("%v misses refused, %d in flight, though few started", got, s.inflight.Load())
 	}
 }
 
@@ -255,8 +276,8 @@ func TestNoShedKeepingUp(t *testing.T) {
 	h := &costlyHandler{release: make(chan struct{})}
 	s, set := startServer(t, Config{UDPSockets: 1}, h)
 	t.Cleanup(func() { close(h.release) })
-	floodQueue(t, s.Addrs()[0], 2000, 500*time.Millisecond)
-	if s.inflight.Load() < shedMinInflight {
+	floodQueue(t, s.Addrs()[0], "miss.example.", 2000, 500*time.Millisecond)
+	if s.inflight.Load() < shedFloor {
 		t.Fatalf("%d misses in flight: the test shows nothing", s.inflight.Load())
 	}
 	if got := metricstest.Value(t, set, refusedSeries("queue_delay")); got != 0 {
