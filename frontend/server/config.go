@@ -113,6 +113,9 @@ type Config struct {
 	// never refused. Default: DefaultShedDelay; negative disables
 	// shedding (the delay is still measured).
 	ShedDelay time.Duration
+	// shedArmAfter is how long after the start the limit does not drop
+	// (tests shorten it). Default: shedArmAfter.
+	shedArmAfter time.Duration
 
 	// MaxTCPConns bounds the open TCP connections over all addresses;
 	// connections past it are closed at once and counted.
@@ -177,6 +180,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TCPIdleTimeout <= 0 {
 		c.TCPIdleTimeout = DefaultTCPIdleTimeout
+	}
+	if c.shedArmAfter <= 0 {
+		c.shedArmAfter = shedArmAfter
 	}
 	switch {
 	case c.ShedDelay == 0:

@@ -62,7 +62,7 @@ func newMetrics(set *vm.Set) *serverMetrics {
 	metrics.Help(batchFamily, "Datagrams returned by one recvmmsg call.")
 	metrics.Help(queueDelayFamily, "How long the first datagram of each recvmmsg batch, the oldest queued, had waited in its socket's queue.")
 	metrics.Help(limitFamily, "Misses that may be in flight now: max-inflight, lower while the UDP sockets' queues stand (shed-delay).")
-	metrics.Help(overloadedFamily, "Misses answered without resolution because max-inflight misses were already running, over all clients or of the client.")
+	metrics.Help(overloadedFamily, "Misses answered without resolution because max-inflight misses were already running, over all clients or of the client, or the limit lowered for a standing queue.")
 	metrics.Help(inflightFamily, "Misses being resolved right now.")
 	metrics.Help(tcpConnsFamily, "Open TCP client connections.")
 	metrics.Help(tcpRejectedFamily, "TCP connections closed at accept because max TCP connections were open, over all clients or of the client.")

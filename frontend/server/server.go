@@ -36,7 +36,11 @@ type Server struct {
 	// missesStarted counts the misses admitted; shedStarted is its value when
 	// the limit last moved.
 	missesStarted, shedStarted atomic.Int64
-	tcpCount                   atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
+	// standingSince is when the UDP queues began to stand (unix ns, 0:
+	// they do not); readStart is when the readers started (shed.go).
+	standingSince atomic.Int64
+	readStart     int64
+	tcpCount      atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
 	// sources holds each client's misses in flight and TCP connections,
 	// bounded by cfg.MaxInflightPerSource and cfg.MaxTCPConnsPerSource.
 	// Misses and TCP accepts use it; cache hits never do.
@@ -132,6 +136,7 @@ func (s *Server) StartContext(ctx context.Context) (err error) {
 		}
 		s.addrs = append(s.addrs, addr)
 	}
+	s.readStart = time.Now().UnixNano()
 	for _, u := range s.udp {
 		s.readers.Add(1)
 		go u.serve()

@@ -357,7 +357,7 @@ func TestOverloaded(t *testing.T) {
 	}
 	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_inflight") == 0 })
 	want := `
-# HELP nodedns_server_overloaded_total Misses answered without resolution because max-inflight misses were already running, over all clients or of the client.
+# HELP nodedns_server_overloaded_total Misses answered without resolution because max-inflight misses were already running, over all clients or of the client, or the limit lowered for a standing queue.
 # TYPE nodedns_server_overloaded_total counter
 nodedns_server_overloaded_total 2
 `

@@ -24,8 +24,9 @@ import (
 // arrival (SO_TIMESTAMPNS). Its reader looks at the stamp of the first
 // datagram of each batch, the oldest queued, and keeps the smallest such
 // delay over a window of shedWindow. A window whose every batch waited
-// longer than the target (Config.ShedDelay) is a standing queue, not a
-// burst: the server's limit on misses in flight then drops to three
+// longer than the target (Config.ShedDelay) shows a standing queue; once
+// every window of shedSustain has, it is not a burst: the server's limit
+// on misses in flight then drops, window after window, to three
 // quarters of the misses in flight, never under shedFloor, and the
 // misses past it are answered by Handler.Overloaded (stale when it can,
 // else SERVFAIL, both at the cost of a hit). A window whose smallest delay
@@ -34,6 +35,16 @@ import (
 // refused, because an admitted miss costs CPU for as long as it waits in
 // the backend's queue: the limit bounds that queue at once, where a
 // share would act only once the queue had already formed.
+//
+// The queue of a start is not a flood: after a crash the socket holder
+// keeps the sockets and the queries of the restart's second wait for the
+// new instance, whose cache is empty, so that for a while every batch
+// waits and nearly every query misses, names that the next lookups will
+// find cached. Refusing those misses fails lookups a moment's wait would
+// have answered: in compare's chaos run, a frontend SIGKILL had 155 and
+// 106 lookups answered SERVFAIL that way. The limit therefore does not
+// drop in the first shedArmAfter after the start. The same holds, shorter,
+// for any burst of new names, hence shedSustain.
 //
 // The limit drops only after a window in which the server started at
 // least shedMinStarted misses per P: a queue that builds while few misses
@@ -53,6 +64,13 @@ const (
 	// standing queue to be blamed on misses: 16 in 25ms, 640 a second,
 	// a fifth of a core or more at the frontend's and backend's cost.
 	shedMinStarted = 16
+	// shedSustain is how long the queue must stand before the limit
+	// drops (CoDel's interval).
+	shedSustain = 100 * time.Millisecond
+	// shedArmAfter is how long after the start the limit stays put
+	// (Config.shedArmAfter's default): the backlog and cold cache of a
+	// restart take about a second.
+	shedArmAfter = 5 * time.Second
 )
 
 // delayWindow is one reader's current window. Only its reader uses it.
@@ -69,8 +87,20 @@ func (s *Server) observeDelay(w *delayWindow, now, delay int64) {
 		w.minDelay = min(w.minDelay, delay)
 		return
 	}
-	idle := now-w.end >= shedWindow.Nanoseconds() // no batch for a whole window
+	if w.end == 0 { // the reader's first batch
+		w.end, w.minDelay = now+shedWindow.Nanoseconds(), delay
+		return
+	}
+	target := s.cfg.ShedDelay.Nanoseconds()
 	minDelay := w.minDelay
+	// No batch for a whole window: either nothing came (the queue was
+	// empty, and this batch's head did not wait) or the reader itself
+	// waited for a CPU that long (this batch's head did).
+	idle := false
+	if now-w.end >= shedWindow.Nanoseconds() {
+		idle = delay < target/2
+		minDelay = min(minDelay, delay)
+	}
 	w.end, w.minDelay = now+shedWindow.Nanoseconds(), delay
 	next := s.shedNext.Load()
 	if now < next || !s.shedNext.CompareAndSwap(next, now+shedWindow.Nanoseconds()) {
@@ -78,19 +108,31 @@ func (s *Server) observeDelay(w *delayWindow, now, delay int64) {
 	}
 	started := s.missesStarted.Load()
 	busy := started-s.shedStarted.Swap(started) >= int64(shedMinStarted*runtime.GOMAXPROCS(0))
+	standing := !idle && minDelay > target && busy
+	since := s.standingSince.Load()
+	switch {
+	case !standing:
+		s.standingSince.Store(0)
+	case since == 0:
+		s.standingSince.Store(now)
+		since = now
+	}
+	sustained := standing && now-since >= shedSustain.Nanoseconds() &&
+		now-s.readStart >= s.cfg.shedArmAfter.Nanoseconds()
 	s.missLimit.Store(nextLimit(s.missLimit.Load(), s.inflight.Load(), int64(s.cfg.MaxInflight),
-		s.cfg.ShedDelay.Nanoseconds(), minDelay, idle, busy))
+		target, minDelay, idle, sustained))
 }
 
 // nextLimit is the limit on misses in flight after a window whose
-// smallest head delay was minDelay (idle: no batch in it; busy: it
-// started enough misses to be the cause), with inflight misses in flight
-// now, for a target delay and the configured most.
-func nextLimit(limit, inflight, most, target, minDelay int64, idle, busy bool) int64 {
+// smallest head delay was minDelay (idle: no batch in it; standing: the
+// queue has stood for shedSustain while misses started fast, so misses
+// are its cause), with inflight misses in flight now, for a target delay
+// and the configured most.
+func nextLimit(limit, inflight, most, target, minDelay int64, idle, standing bool) int64 {
 	switch {
 	case idle || minDelay < target/2:
 		return min(most, limit+max(limit/8, shedFloor/2))
-	case minDelay > target && busy:
+	case standing:
 		return max(shedFloor, min(limit, inflight)*3/4)
 	}
 	return limit

@@ -31,8 +31,8 @@ func TestNextLimit(t *testing.T) {
 		{"standing queue: three quarters of the misses in flight", most, 1000, 9 * ms, false, true, 750},
 		{"standing queue, limit under in flight: three quarters of the limit", 400, 1000, 9 * ms, false, true, 300},
 		{"never under the floor", 40, 1000, 9 * ms, false, true, shedFloor},
-		{"too few misses started to be the cause", most, 1000, 9 * ms, false, false, most},
-		{"between half the target and the target: kept", 300, 1000, 4 * ms, false, true, 300},
+		{"not standing (too short, too few misses started): kept", most, 1000, 9 * ms, false, false, most},
+		{"between half the target and the target: kept", 300, 1000, 4 * ms, false, false, 300},
 		{"under half the target: an eighth more", 800, 1000, 2 * ms, false, true, 900},
 		{"small limits grow by at least half the floor", shedFloor, 0, 0, false, false, shedFloor + shedFloor/2},
 		{"an idle window counts as no queue", 800, 1000, 9 * ms, true, true, 900},
@@ -75,12 +75,90 @@ func TestObserveDelayWindows(t *testing.T) {
 	if got := s.missLimit.Load(); got != int64(DefaultMaxInflight) {
 		t.Fatalf("after a standing window that started few misses: limit %d, want %d", got, DefaultMaxInflight)
 	}
-	busy()
-	now += win
-	s.observeDelay(&b, now, 9*ms)
-	s.observeDelay(&a, now, 9*ms)
-	if got := s.missLimit.Load(); got != 750 {
-		t.Fatalf("after a standing window that started many misses: limit %d, want 750", got)
+	// Standing windows that start many misses: the limit drops once the
+	// queue has stood for shedSustain.
+	first := now + win
+	for {
+		busy()
+		now += win
+		s.observeDelay(&b, now, 9*ms)
+		s.observeDelay(&a, now, 9*ms)
+		got := s.missLimit.Load()
+		if now-first < shedSustain.Nanoseconds() {
+			if got != int64(DefaultMaxInflight) {
+				t.Fatalf("the queue standing for %v: limit %d, want %d", time.Duration(now-first), got, DefaultMaxInflight)
+			}
+			continue
+		}
+		if got != 750 {
+			t.Fatalf("the queue standing for %v: limit %d, want 750", time.Duration(now-first), got)
+		}
+		break
+	}
+}
+
+// TestShedIgnoresStartBacklog: a server that starts reading with a
+// standing queue (the backlog a socket holder kept across a crash, then
+// the misses of a cold cache) keeps its limit for shedArmAfter, short
+// windows or not, and lowers it for a queue that stands after that.
+func TestShedIgnoresStartBacklog(t *testing.T) {
+	ms := int64(time.Millisecond)
+	win := shedWindow.Nanoseconds()
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, ShedDelay: 5 * time.Millisecond}, &fakeHandler{}, nil, metrics.NewSet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.inflight.Store(1000)
+	now := int64(1e18)
+	s.readStart = now
+	var w delayWindow
+	window := func(delay int64) int64 {
+		s.missesStarted.Add(int64(shedMinStarted * runtime.GOMAXPROCS(0)))
+		s.observeDelay(&w, now, delay)
+		now += win
+		return s.missLimit.Load()
+	}
+	window(900 * ms) // opens the first window
+	for i := 0; now < s.readStart+shedArmAfter.Nanoseconds(); i++ {
+		d := 900 * ms
+		if i == 20 {
+			d = 1 * ms // the backlog read: a short window
+		}
+		if got := window(d); got != int64(DefaultMaxInflight) {
+			t.Fatalf("%v after the start: limit %d, want %d", time.Duration(now-s.readStart), got, DefaultMaxInflight)
+		}
+	}
+	if got := window(9 * ms); got != 750 {
+		t.Fatalf("a queue standing %v after the start: limit %d, want 750", time.Duration(now-s.readStart), got)
+	}
+}
+
+// TestShedLateReader: a reader so short of CPU that its batches come
+// further apart than a window, each having waited long, sees a standing
+// queue, not an empty one; a gap whose next batch did not wait is idle.
+func TestShedLateReader(t *testing.T) {
+	ms := int64(time.Millisecond)
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, ShedDelay: 5 * time.Millisecond}, &fakeHandler{}, nil, metrics.NewSet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.inflight.Store(1000)
+	now := int64(1e18)
+	var w delayWindow
+	s.observeDelay(&w, now, 60*ms)
+	for range 5 { // 300ms of batches 60ms apart, each 60ms late
+		s.missesStarted.Add(int64(shedMinStarted * runtime.GOMAXPROCS(0)))
+		now += 60 * ms
+		s.observeDelay(&w, now, 60*ms)
+	}
+	if got := s.missLimit.Load(); got >= int64(DefaultMaxInflight) {
+		t.Fatalf("a late reader: limit %d, want it lowered", got)
+	}
+	low := s.missLimit.Load()
+	now += 60 * ms
+	s.observeDelay(&w, now, 0) // the next datagram after a quiet gap
+	if got := s.missLimit.Load(); got <= low {
+		t.Fatalf("an idle gap: limit %d, want it raised from %d", got, low)
 	}
 }
 
@@ -214,7 +292,7 @@ func TestShedStandingQueue(t *testing.T) {
 	}{{"on", 2 * time.Millisecond}, {"off", -1}} {
 		t.Run(c.name, func(t *testing.T) {
 			h := &costlyHandler{cost: 300 * time.Microsecond, release: make(chan struct{})}
-			s, set := startServer(t, Config{UDPSockets: 1, ShedDelay: c.shed}, h)
+			s, set := startServer(t, Config{UDPSockets: 1, ShedDelay: c.shed, shedArmAfter: time.Nanosecond}, h)
 			t.Cleanup(func() { close(h.release) })
 			floodQueue(t, s.Addrs()[0], "miss.example.", 8000, 700*time.Millisecond)
 			shed := refusedSeries("queue_delay")
@@ -249,7 +327,7 @@ func TestShedStandingQueue(t *testing.T) {
 // refusing them would not shorten the queue, so none is refused.
 func TestNoShedFewMisses(t *testing.T) {
 	h := &costlyHandler{cost: 300 * time.Microsecond, release: make(chan struct{})}
-	s, set := startServer(t, Config{UDPSockets: 1, ShedDelay: 2 * time.Millisecond}, h)
+	s, set := startServer(t, Config{UDPSockets: 1, ShedDelay: 2 * time.Millisecond, shedArmAfter: time.Nanosecond}, h)
 	t.Cleanup(func() { close(h.release) })
 	done := make(chan struct{})
 	go func() {
@@ -274,7 +352,7 @@ func TestNoShedFewMisses(t *testing.T) {
 // sent misses that stay in flight: no standing queue, nothing shed.
 func TestNoShedKeepingUp(t *testing.T) {
 	h := &costlyHandler{release: make(chan struct{})}
-	s, set := startServer(t, Config{UDPSockets: 1}, h)
+	s, set := startServer(t, Config{UDPSockets: 1, shedArmAfter: time.Nanosecond}, h)
 	t.Cleanup(func() { close(h.release) })
 	floodQueue(t, s.Addrs()[0], "miss.example.", 2000, 500*time.Millisecond)
 	if s.inflight.Load() < shedFloor {

@@ -243,7 +243,8 @@ func (u *udpSocket) handleBatch(n int) {
 }
 
 // observeDelay records how long the batch's first datagram, the oldest
-// of the queue it was read from, waited there, and feeds the shedder.
+// of the queue it was read from, waited there, and hands it to the
+// limit on misses in flight (shed.go).
 func (u *udpSocket) observeDelay() {
 	h := &u.rhdr[0].Hdr
 	now := time.Now().UnixNano()
