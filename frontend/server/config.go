@@ -44,7 +44,7 @@ const (
 	// DefaultShedDelay is the queue delay past which misses are shed
 	// (Config.ShedDelay): far below any stub resolver's timeout, and
 	// above what a busy node's scheduling adds for a moment (a standing
-	// queue must last a whole 25ms window).
+	// queue must last 100ms).
 	DefaultShedDelay = 5 * time.Millisecond
 )
 
@@ -103,15 +103,16 @@ type Config struct {
 	// DefaultSourceShare (250), at least 1.
 	MaxInflightPerSource int
 
-	// ShedDelay is the queue delay that makes misses be shed: when, over
-	// a window of 25ms, every batch a UDP reader read had waited longer
-	// than this in its socket's queue, and the window started at least 16
+	// ShedDelay is the queue delay that makes misses be shed: when, for
+	// 100ms, every batch the UDP readers read had waited longer than this
+	// in its socket's queue, and every 25ms window started at least 16
 	// misses per P (640 a second), the limit on misses in flight drops
 	// below MaxInflight and misses past it are answered by
 	// Handler.Overloaded; it rises again
-	// while the queue is under half of this (shed.go). Cache hits are
-	// never refused. Default: DefaultShedDelay; negative disables
-	// shedding (the delay is still measured).
+	// while the queue is under half of this (shed.go). Not in the first
+	// 5s after the start. Cache hits are never refused. Default:
+	// DefaultShedDelay; negative disables shedding (the delay is still
+	// measured).
 	ShedDelay time.Duration
 	// shedArmAfter is how long after the start the limit does not drop
 	// (tests shorten it). Default: shedArmAfter.
