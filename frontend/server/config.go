@@ -108,11 +108,10 @@ type Config struct {
 	// in its socket's queue, and every 25ms window started at least 16
 	// misses per P (640 a second), the limit on misses in flight drops
 	// below MaxInflight and misses past it are answered by
-	// Handler.Overloaded; it rises again
-	// while the queue is under half of this (shed.go). Not in the first
-	// 5s after the start. Cache hits are never refused. Default:
-	// DefaultShedDelay; negative disables shedding (the delay is still
-	// measured).
+	// Handler.Overloaded; it rises again while the queue is under half of
+	// this (shed.go). Not in the first 5s after the start. Cache hits are
+	// never refused. Default: DefaultShedDelay; negative disables
+	// shedding (the delay is still measured).
 	ShedDelay time.Duration
 	// shedArmAfter is how long after the start the limit does not drop
 	// (tests shorten it). Default: shedArmAfter.

@@ -28,11 +28,10 @@ type udpSocket struct {
 	riov  []unix.Iovec
 	names []unix.RawSockaddrInet6
 	rbuf  []byte
-	// ctrl receives the arrival stamp of a batch's first message, when
-	// the socket stamps datagrams (stamped); win acts on it (shed.go).
-	ctrl    []byte
-	stamped bool
-	win     delayWindow
+	// ctrl receives the arrival stamp of a batch's first message; nil
+	// when the socket does not stamp datagrams. win acts on it (shed.go).
+	ctrl []byte
+	win  delayWindow
 
 	// Write side: the hits of one batch are copied into arena (never
 	// grown, so the iovecs stay valid) and sent with one sendmmsg.
@@ -79,7 +78,6 @@ func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
 		wiov:    make([]unix.Iovec, n),
 		arena:   make([]byte, 0, n*arenaPerMessage),
 		scratch: make([]byte, 0, maxMessage),
-		ctrl:    make([]byte, stampCtrlLen),
 	}
 	if err := enableStamps(rc); err != nil {
 		// Queue delay is then neither measured nor acted on; every
@@ -87,7 +85,7 @@ func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
 		s.log.Warn("udp: datagrams are not stamped on arrival; queue-delay shedding is off for this socket",
 			zap.String("addr", u.local), zap.Error(err))
 	} else {
-		u.stamped = true
+		u.ctrl = make([]byte, stampCtrlLen)
 		u.rhdr[0].Hdr.Control = &u.ctrl[0]
 		u.rhdr[0].Hdr.SetControllen(stampCtrlLen)
 	}
@@ -206,7 +204,7 @@ func (u *udpSocket) handleBatch(n int) {
 	s := u.s
 	s.m.udpIn.Add(n)
 	s.m.batch.Update(float64(n))
-	if u.stamped {
+	if u.ctrl != nil {
 		u.observeDelay()
 	}
 	u.arena, u.pending = u.arena[:0], 0
@@ -237,7 +235,7 @@ func (u *udpSocket) handleBatch(n int) {
 	for i := range n {
 		u.rhdr[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 	}
-	if u.stamped {
+	if u.ctrl != nil {
 		u.rhdr[0].Hdr.SetControllen(stampCtrlLen)
 	}
 }
