@@ -132,6 +132,15 @@ func TestKubernetes(t *testing.T) {
 		{"google.com.default.svc.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, soa},
 		{"google.com.svc.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, soa},
 		{"google.com.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, soa},
+		// The names above those tries: NXDOMAIN, so that nothing under
+		// them exists (RFC 8020), which the frontend's search-path
+		// prefetch relies on; NODATA for those with names under them.
+		{"com.e2e.svc.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, soa},
+		{"com.svc.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, soa},
+		{"com.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, soa},
+		{"svc.cluster.local.", dns.TypeA, dns.RcodeSuccess, nil, soa},
+		{"cluster.local.", dns.TypeA, dns.RcodeSuccess, nil, soa},
+		{"db.svc.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, soa},
 		// Outside the cluster: the fake upstream through forward.
 		{"fwd.example.", dns.TypeA, dns.RcodeSuccess, []string{"A 192.0.2.1"}, nil},
 		{"1.2.0.192.in-addr.arpa.", dns.TypePTR, dns.RcodeNameError, nil, nil}, // fallthrough to forward

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/nodedns/nodedns/frontend/dnswire"
 )
 
@@ -211,6 +212,15 @@ func (c *Cache) Fresh(key []byte) bool {
 // before. Like Fresh, it counts no lookup and leaves the LRU as it is.
 func (c *Cache) Known(key []byte) bool {
 	return c.peek(key, func(e *Entry, now int64) bool { return e.kind != ServFail && now < e.staleT })
+}
+
+// Absent reports whether key has a fresh NXDOMAIN entry: its name does
+// not exist, nor does any name under it (RFC 8020). Like Fresh, it counts
+// no lookup and leaves the LRU as it is.
+func (c *Cache) Absent(key []byte) bool {
+	return c.peek(key, func(e *Entry, now int64) bool {
+		return e.kind == Denial && now < e.expiry && e.msg()[3]&0x0f == dns.RcodeNameError
+	})
 }
 
 // peek reports whether key has an entry for which ok holds at now, under

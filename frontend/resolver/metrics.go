@@ -148,7 +148,7 @@ func newMetrics(set *vm.Set, srv string, c *cache.Cache) *metrics {
 	m.servedStale = sharedmetrics.NewShardedCounters(set, name(servedStaleFamily, "server", srv, "zones", zone, "view", view))[0]
 	sharedmetrics.Help(prefetchFamily, "The number of times the cache has prefetched a cached item.")
 	m.prefetch = set.NewCounter(name(prefetchFamily, "server", srv, "zones", zone, "view", view))
-	sharedmetrics.Help(searchPrefetchFamily, "Exchanges a miss in a pod's first search domain started for the pod's next two tries (search-path prefetch).")
+	sharedmetrics.Help(searchPrefetchFamily, "Exchanges a miss in a pod's first search domain started for the pod's next tries and the names above them (search-path prefetch).")
 	m.searchPrefetch = set.NewCounter(searchPrefetchFamily)
 
 	sharedmetrics.Help(malformedFamily, "Queries rejected by the parser, by reason (answered FORMERR, NOTIMP or BADVERS, or dropped).")

@@ -38,9 +38,21 @@ import (
 // then, with its entries expired in between, then costs one round trip
 // instead of two.
 //
+// A name never asked before, a random one say, under a last label L whose
+// three cuts L.NS.svc.DOMAIN, L.svc.DOMAIN and L.DOMAIN are cached
+// NXDOMAIN, has its exchange started at once too: its three tries lie
+// under those names, and a name that does not exist has nothing under it
+// (RFC 8020, which the kubernetes plugin keeps: a namespace, or the
+// svc.DOMAIN above every one, is NODATA, not NXDOMAIN), so the pod is sure
+// to ask it. The cuts are fetched after a walk under L has been denied,
+// when not cached: three small lookups per last label (com, net, io …) and
+// negative TTL. Only when to ask changes, never what is answered: the
+// frontend does not synthesize denials from the cuts.
+//
 // What it costs: two more lookups in the backend's own zone (the kubernetes
 // plugin answers them from memory, nothing goes upstream), and two more
-// cache entries, usually negative, when the pod's first try was the answer.
+// cache entries, usually negative, when the pod's first try was the answer;
+// after a walk denied, up to three more for the cuts.
 // Nothing goes upstream that the pod would not ask, but for a name asked
 // upstream before that has since become a name of the cluster.
 // To keep that rare, a NAME of one label, the usual short Service name
@@ -79,35 +91,62 @@ func newSearchPath(domain string) (*searchPath, error) {
 	return &searchPath{domain: wire, svc: append([]byte("\x03svc"), wire...)}, nil
 }
 
+// Indices of the keys searchPath.next returns.
+const (
+	trySvc    = iota // NAME.svc.DOMAIN, the pod's second try
+	tryDomain        // NAME.DOMAIN, its third
+	tryName          // NAME, asked as it is last
+	cutNS            // L.NS.svc.DOMAIN, L being NAME's last label
+	cutSvc           // L.svc.DOMAIN
+	cutDomain        // L.DOMAIN
+	searchKeys
+)
+
 // next writes into dst the cache keys of the three tries a pod makes after
 // key when key's name is NAME.NS.svc.DOMAIN with a NAME of two labels or
-// more, NAME.svc.DOMAIN, NAME.DOMAIN and NAME, and returns them, or nil.
-// dst's arrays are the caller's, so that a miss allocates nothing here.
-// A nil searchPath (prefetch off) returns nil.
-func (s *searchPath) next(key []byte, dst *[3][dnswire.MaxKeyLen]byte) [][]byte {
+// more, and those of the three names above the tries (the cuts, below),
+// and returns them, indexed by trySvc … cutDomain; ok is false for any
+// other key, and for a nil searchPath (prefetch off). dst's arrays are the
+// caller's, so that a miss allocates nothing here.
+//
+// Each of the pod's three tries lies under one cut: NAME.NS.svc.DOMAIN
+// under L.NS.svc.DOMAIN, NAME.svc.DOMAIN under L.svc.DOMAIN, NAME.DOMAIN
+// under L.DOMAIN. A name that does not exist has nothing under it (RFC
+// 8020), so when the three cuts are NXDOMAIN, so are the three tries.
+func (s *searchPath) next(key []byte, dst *[searchKeys][dnswire.MaxKeyLen]byte) (keys [searchKeys][]byte, ok bool) {
 	if s == nil {
-		return nil
+		return keys, false
 	}
 	name := dnswire.KeyName(key)
 	tail := key[len(name):] // type, class, flags
 	head, ok := bytes.CutSuffix(name, s.svc)
 	if !ok {
-		return nil
+		return keys, false
 	}
 	// head is NAME's labels then NS's, in wire form.
-	labels, last := 0, -1
+	labels, prev, last := 0, -1, -1
 	for off := 0; off < len(head); off += 1 + int(head[off]) {
-		labels, last = labels+1, off
+		labels, prev, last = labels+1, last, off
 	}
 	if labels < 3 { // NS and a NAME of at least two labels
-		return nil
+		return keys, false
 	}
-	nameLabels := head[:last]
-	return [][]byte{
-		append(append(append(dst[0][:0], nameLabels...), s.svc...), tail...),
-		append(append(append(dst[1][:0], nameLabels...), s.domain...), tail...),
-		append(append(append(dst[2][:0], nameLabels...), 0), tail...),
+	nameLabels, l := head[:last], head[prev:last]
+	for i, parts := range [searchKeys][3][]byte{
+		trySvc:    {nameLabels, s.svc},
+		tryDomain: {nameLabels, s.domain},
+		tryName:   {nameLabels, []byte{0}},
+		cutNS:     {head[prev:], s.svc},
+		cutSvc:    {l, s.svc},
+		cutDomain: {l, s.domain},
+	} {
+		k := dst[i][:0]
+		for _, p := range parts {
+			k = append(k, p...)
+		}
+		keys[i] = append(k, tail...)
 	}
+	return keys, true
 }
 
 // searchPrefetch starts the exchanges of the pod's next two tries after a
@@ -118,21 +157,31 @@ func (s *searchPath) next(key []byte, dst *[3][dnswire.MaxKeyLen]byte) [][]byte 
 // the pod asks the name as it is next, and that exchange starts too: it is
 // the only one of a name outside the cluster that goes upstream, so it is
 // not started before the pod would ask it, unless the name was asked as it
-// is before (Cache.Known): then it starts at once.
+// is before (Cache.Known) or the three cuts are cached NXDOMAIN
+// (Cache.Absent), so that the tries are too: then it starts at once. After
+// such a walk, the cuts not cached are fetched, for the next name under
+// the same last label (a lookup of api.example.com makes that of
+// www.example.com start www.example.com at once).
 func (r *Resolver) searchPrefetch(key []byte, first *flight) {
-	var buf [3][dnswire.MaxKeyLen]byte
-	keys := r.search.next(key, &buf)
-	if keys == nil {
+	var buf [searchKeys][dnswire.MaxKeyLen]byte
+	keys, ok := r.search.next(key, &buf)
+	if !ok {
 		return
 	}
-	if r.cache.Known(keys[2]) {
-		r.prefetchKey(keys[2])
+	cut := r.cache.Absent(keys[cutNS]) && r.cache.Absent(keys[cutSvc]) && r.cache.Absent(keys[cutDomain])
+	if cut || r.cache.Known(keys[tryName]) {
+		r.prefetchKey(keys[tryName])
 	}
-	second, third := r.prefetchKey(keys[0]), r.prefetchKey(keys[1])
+	second, third := r.prefetchKey(keys[trySvc]), r.prefetchKey(keys[tryDomain])
 	if second == nil || third == nil {
 		return
 	}
-	name := bytes.Clone(keys[2])
+	later := [][]byte{bytes.Clone(keys[tryName])}
+	if !cut {
+		for _, k := range keys[cutNS:] {
+			later = append(later, bytes.Clone(k))
+		}
+	}
 	r.background(func() {
 		for _, f := range []*flight{first, second, third} {
 			select {
@@ -144,7 +193,9 @@ func (r *Resolver) searchPrefetch(key []byte, first *flight) {
 				return
 			}
 		}
-		r.prefetchKey(name)
+		for _, k := range later {
+			r.prefetchKey(k)
+		}
 	})
 }
 

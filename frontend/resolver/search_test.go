@@ -20,9 +20,12 @@ func TestSearchPathNext(t *testing.T) {
 		domain, name string
 		want         []string
 	}{
-		{"cluster.local", "a.example.com.team-a.svc.cluster.local.", []string{"a.example.com.svc.cluster.local.", "a.example.com.cluster.local.", "a.example.com."}},
-		{"cluster.local", "Web-0.Nginx.Team-A.SVC.Cluster.Local.", []string{"web-0.nginx.svc.cluster.local.", "web-0.nginx.cluster.local.", "web-0.nginx."}},
-		{"Corp.Example.", "x.y.ns.svc.corp.example.", []string{"x.y.svc.corp.example.", "x.y.corp.example.", "x.y."}},
+		{"cluster.local", "a.example.com.team-a.svc.cluster.local.", []string{"a.example.com.svc.cluster.local.", "a.example.com.cluster.local.", "a.example.com.",
+			"com.team-a.svc.cluster.local.", "com.svc.cluster.local.", "com.cluster.local."}},
+		{"cluster.local", "Web-0.Nginx.Team-A.SVC.Cluster.Local.", []string{"web-0.nginx.svc.cluster.local.", "web-0.nginx.cluster.local.", "web-0.nginx.",
+			"nginx.team-a.svc.cluster.local.", "nginx.svc.cluster.local.", "nginx.cluster.local."}},
+		{"Corp.Example.", "x.y.ns.svc.corp.example.", []string{"x.y.svc.corp.example.", "x.y.corp.example.", "x.y.",
+			"y.ns.svc.corp.example.", "y.svc.corp.example.", "y.corp.example."}},
 		{"cluster.local", "web.team-a.svc.cluster.local.", nil}, // one label: the usual Service name
 		{"cluster.local", "team-a.svc.cluster.local.", nil},
 		{"cluster.local", "svc.cluster.local.", nil},
@@ -40,9 +43,16 @@ func TestSearchPathNext(t *testing.T) {
 		if err := dnswire.ParseQuery(pack(t, tt.name, dns.TypeAAAA, nil), &q); err != nil {
 			t.Fatal(err)
 		}
-		var b [3][dnswire.MaxKeyLen]byte
+		var b [searchKeys][dnswire.MaxKeyLen]byte
 		var got []string
-		for _, k := range s.next(q.Key(), &b) {
+		keys, ok := s.next(q.Key(), &b)
+		if ok != (tt.want != nil) {
+			t.Errorf("%s: ok %v", tt.name, ok)
+		}
+		for _, k := range keys {
+			if !ok {
+				break
+			}
 			name, _, err := dns.UnpackDomainName(dnswire.KeyName(k), 0)
 			if err != nil {
 				t.Fatalf("%s: key %q: %v", tt.name, k, err)
@@ -90,7 +100,8 @@ func TestSearchPrefetch(t *testing.T) {
 		asked = append(asked, m.Question[0].Name)
 	}
 	slices.Sort(asked)
-	want := []string{"rnd1.example.net.", "rnd1.example.net.cluster.local.", "rnd1.example.net.svc.cluster.local.", "rnd1.example.net.team-a.svc.cluster.local."}
+	want := []string{"net.cluster.local.", "net.svc.cluster.local.", "net.team-a.svc.cluster.local.", // the cuts, after the walk
+		"rnd1.example.net.", "rnd1.example.net.cluster.local.", "rnd1.example.net.svc.cluster.local.", "rnd1.example.net.team-a.svc.cluster.local."}
 	if !slices.Equal(asked, want) {
 		t.Fatalf("backend asked %q, want %q", asked, want)
 	}
@@ -107,19 +118,19 @@ func TestSearchPrefetch(t *testing.T) {
 	if r.cache.Fresh(keyOf(t, "rnd1.example.net.svc.cluster.local.", dns.TypeAAAA, edns)) {
 		t.Error("AAAA cached: only the type asked is prefetched")
 	}
-	if n := ex.ncalls(); n != 4 {
-		t.Errorf("%d exchanges, want 4", n)
+	if n := ex.ncalls(); n != 7 {
+		t.Errorf("%d exchanges, want 7", n)
 	}
-	if got := metricstest.Value(t, set, "nodedns_search_prefetch_total"); got != 3 {
-		t.Errorf("nodedns_search_prefetch_total = %v, want 3", got)
+	if got := metricstest.Value(t, set, "nodedns_search_prefetch_total"); got != 6 {
+		t.Errorf("nodedns_search_prefetch_total = %v, want 6", got)
 	}
 
 	// A second miss of the first try (its NXDOMAIN expired, say) starts
 	// nothing for tries that are still cached.
 	r.searchPrefetch(keyOf(t, "rnd1.example.net.team-a.svc.cluster.local.", dns.TypeA, edns), nil)
 	r.wg.Wait()
-	if n := ex.ncalls(); n != 4 {
-		t.Errorf("%d exchanges after a prefetch of cached names, want 4", n)
+	if n := ex.ncalls(); n != 7 {
+		t.Errorf("%d exchanges after a prefetch of cached names, want 7", n)
 	}
 }
 
@@ -221,8 +232,8 @@ func TestSearchPrefetchJoined(t *testing.T) {
 	if n := g.asked("a.b.c.svc.cluster.local."); n != 1 {
 		t.Errorf("a.b.c.svc.cluster.local. asked %d times, want 1", n)
 	}
-	if names := g.all(); len(names) != 4 {
-		t.Errorf("backend asked %q, want the four tries of a.b.c", names)
+	if names := g.all(); len(names) != 7 {
+		t.Errorf("backend asked %q, want the four tries of a.b.c and the three cuts above them", names)
 	}
 }
 
@@ -367,5 +378,107 @@ func TestSearchPrefetchKnownNameAtOnce(t *testing.T) {
 	// A name never asked as it is waits for the denials, as before.
 	if r.cache.Known(keyOf(t, "other.example.com.", dns.TypeA, nil)) {
 		t.Error("Known: a name never asked")
+	}
+}
+
+// TestSearchPrefetchCutAtOnce: once a walk of one name under a last label
+// has fetched the three cuts above its tries, all NXDOMAIN, a miss of
+// another name's first try under that label starts the exchange of the
+// name as it is at once, while its tries are still with the backend; the
+// cuts, cached, are not fetched again.
+func TestSearchPrefetchCutAtOnce(t *testing.T) {
+	g := &clusterGate{cluster: nxdomain(t), outside: nxdomain(t)}
+	r, _ := newResolver(t, DefaultConfig(), g, nil)
+	serve(t, r, pack(t, "rnd1.example.net.team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
+	r.wg.Wait()
+	cuts := []string{"net.team-a.svc.cluster.local.", "net.svc.cluster.local.", "net.cluster.local."}
+	for _, c := range cuts {
+		if !r.cache.Absent(keyOf(t, c, dns.TypeA, nil)) {
+			t.Fatalf("%s: not cached NXDOMAIN after the walk of rnd1.example.net", c)
+		}
+	}
+	if r.cache.Absent(keyOf(t, "net.svc.cluster.local.", dns.TypeAAAA, nil)) {
+		t.Error("net.svc.cluster.local. AAAA cached: only the type asked is fetched")
+	}
+
+	gate := make(chan struct{})
+	g.mu.Lock()
+	g.gate = gate
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.ServeSlow(context.Background(), buf(), pack(t, "rnd2.example.net.team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
+	}()
+	for deadline := time.Now().Add(2 * time.Second); g.asked("rnd2.example.net.") < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rnd2.example.net. not asked while its first try waits for the backend; asked %q", g.all())
+		}
+	}
+	close(gate)
+	<-done
+	r.wg.Wait()
+	if n := g.asked("rnd2.example.net."); n != 1 {
+		t.Errorf("rnd2.example.net. asked %d times, want 1", n)
+	}
+	for _, c := range cuts {
+		if n := g.asked(c); n != 1 {
+			t.Errorf("%s asked %d times, want 1", c, n)
+		}
+	}
+	for _, name := range []string{"rnd2.example.net.svc.cluster.local.", "rnd2.example.net.cluster.local.", "rnd2.example.net."} {
+		if _, hit := serve(t, r, pack(t, name, dns.TypeA, nil), server.UDP); !hit {
+			t.Errorf("%s: a miss after the prefetch", name)
+		}
+	}
+}
+
+// rfc8020Zone answers as an authoritative server that keeps RFC 8020: a name of
+// names gets an A record; a name with one of them under it, NODATA (an
+// empty non-terminal, such as a namespace); any other, NXDOMAIN.
+func rfc8020Zone(t testing.TB, names ...string) func(m *dns.Msg) (*dns.Msg, error) {
+	found := records(t, dns.RcodeSuccess, "x. 30 IN A 192.0.2.9")
+	nodata := records(t, dns.RcodeSuccess, "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5")
+	return func(m *dns.Msg) (*dns.Msg, error) {
+		q := m.Question[0].Name
+		for _, n := range names {
+			switch {
+			case n == q:
+				return found(m)
+			case dns.IsSubDomain(q, n):
+				return nodata(m)
+			}
+		}
+		return nxdomain(t)(m)
+	}
+}
+
+// TestSearchPrefetchCutKeepsClusterNames: a walk of a name that does not
+// exist under a label that is a namespace or a Service of the pod's
+// namespace fetches cuts that are not all NXDOMAIN, so a later name under
+// that label found in its first or second try is never sent upstream.
+func TestSearchPrefetchCutKeepsClusterNames(t *testing.T) {
+	for _, tt := range []struct {
+		denied, found string // NAMEs the pod asks, in turn
+	}{
+		{"nosuch.other-ns", "api.other-ns"},      // other-ns.svc.cluster.local. is a namespace: NODATA
+		{"web-9.nginx", "web-0.nginx"},           // nginx.team-a.svc.cluster.local. is a Service
+		{"nosuch.svc", "web-0.nginx.team-a.svc"}, // svc.cluster.local. has names under it: NODATA
+	} {
+		g := &clusterGate{
+			cluster: rfc8020Zone(t, "api.other-ns.svc.cluster.local.", "web-0.nginx.team-a.svc.cluster.local."),
+			outside: nxdomain(t),
+		}
+		r, _ := newResolver(t, DefaultConfig(), g, nil)
+		for _, name := range []string{tt.denied, tt.found} {
+			serve(t, r, pack(t, name+".team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
+			r.wg.Wait()
+		}
+		if n := g.asked(tt.denied + "."); n != 1 {
+			t.Errorf("%s: asked %d times as it is, want 1 (its tries denied)", tt.denied, n)
+		}
+		if n := g.asked(tt.found + "."); n != 0 {
+			t.Errorf("%s: asked %d times as it is, want 0 (found in the cluster); backend asked %q", tt.found, n, g.all())
+		}
 	}
 }
