@@ -338,6 +338,34 @@ func (g *clusterGate) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error
 	return g.cluster(m)
 }
 
+// firstTryWaits serves a pod's first try of name (NAME.team-a.svc.cluster.local.)
+// while the cluster's answers are held, and fails unless name itself has
+// been asked n times by then; it returns once the lookup and its
+// prefetches are done.
+func (g *clusterGate) firstTryWaits(t *testing.T, r *Resolver, name string, n int) {
+	t.Helper()
+	gate := make(chan struct{})
+	g.mu.Lock()
+	g.gate = gate
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.ServeSlow(context.Background(), buf(), pack(t, name+".team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
+	}()
+	defer func() {
+		close(gate)
+		<-done
+		r.wg.Wait()
+	}()
+	for deadline := time.Now().Add(2 * time.Second); g.asked(name+".") < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%s. asked %d times while its first try waits for the backend, want %d; asked %q", name, g.asked(name+"."), n, g.all())
+			return
+		}
+	}
+}
+
 // TestSearchPrefetchKnownNameAtOnce: once the entries of an external name
 // walked through the search path before have expired, a miss of its first
 // try starts the exchange of the name as it is at once, while the three
@@ -352,23 +380,7 @@ func TestSearchPrefetchKnownNameAtOnce(t *testing.T) {
 		t.Fatal("www.example.com.: not prefetched after the three denials")
 	}
 	clk.Advance(time.Minute) // every entry expired, within the serve-stale window
-	gate := make(chan struct{})
-	g.mu.Lock()
-	g.gate = gate
-	g.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.ServeSlow(context.Background(), buf(), pack(t, "www.example.com.team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
-	}()
-	for deadline := time.Now().Add(2 * time.Second); g.asked("www.example.com.") < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("www.example.com. not asked again while its first try waits for the backend")
-		}
-	}
-	close(gate)
-	<-done
-	r.wg.Wait()
+	g.firstTryWaits(t, r, "www.example.com", 2)
 	if _, hit := serve(t, r, pack(t, "www.example.com.", dns.TypeA, nil), server.UDP); !hit {
 		t.Error("www.example.com.: a miss after the prefetch")
 	}
@@ -401,23 +413,7 @@ func TestSearchPrefetchCutAtOnce(t *testing.T) {
 		t.Error("net.svc.cluster.local. AAAA cached: only the type asked is fetched")
 	}
 
-	gate := make(chan struct{})
-	g.mu.Lock()
-	g.gate = gate
-	g.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.ServeSlow(context.Background(), buf(), pack(t, "rnd2.example.net.team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP)
-	}()
-	for deadline := time.Now().Add(2 * time.Second); g.asked("rnd2.example.net.") < 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("rnd2.example.net. not asked while its first try waits for the backend; asked %q", g.all())
-		}
-	}
-	close(gate)
-	<-done
-	r.wg.Wait()
+	g.firstTryWaits(t, r, "rnd2.example.net", 1)
 	if n := g.asked("rnd2.example.net."); n != 1 {
 		t.Errorf("rnd2.example.net. asked %d times, want 1", n)
 	}
