@@ -181,7 +181,7 @@ func (c *Cache) Get(dst []byte, q *dnswire.Query, limit int) ([]byte, Result) {
 			return dst, Result{}
 		}
 	}
-	res := Result{Hit: true, Stale: stale, Kind: e.kind, Rcode: int(e.msg()[3] & 0xf)}
+	res := Result{Hit: true, Stale: stale, Kind: e.kind, Rcode: e.rcode()}
 	if e.kind == Success {
 		s.pos.hit(e)
 		s.st.Hits[0]++
@@ -219,7 +219,7 @@ func (c *Cache) Known(key []byte) bool {
 // no lookup and leaves the LRU as it is.
 func (c *Cache) Absent(key []byte) bool {
 	return c.peek(key, func(e *Entry, now int64) bool {
-		return e.kind == Denial && now < e.expiry && e.msg()[3]&0x0f == dns.RcodeNameError
+		return e.kind == Denial && now < e.expiry && e.rcode() == dns.RcodeNameError
 	})
 }
 

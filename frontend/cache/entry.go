@@ -55,6 +55,9 @@ func (e *Entry) msg() []byte { return e.data[e.keyLen : len(e.data)-2*int(e.nTTL
 // ttlOffsets returns the offsets of the TTL fields in msg(), encoded.
 func (e *Entry) ttlOffsets() []byte { return e.data[len(e.data)-2*int(e.nTTL):] }
 
+// rcode returns the answer's RCODE (its header's low four bits).
+func (e *Entry) rcode() int { return int(e.msg()[3] & 0x0f) }
+
 // Kind reports what the entry holds.
 func (e *Entry) Kind() Kind { return e.kind }
 
