@@ -353,19 +353,29 @@ func (s *Server) closeSockets() {
 // acquire takes an in-flight slot for a miss of the client src: one of
 // the server's and one of the client's share. false means overloaded; the
 // refusal is counted by reason.
+//
+// Past a limit lowered for a standing queue (shed.go), a client is still
+// admitted while it holds less than an equal share of that limit among
+// the clients holding misses: the pod that floods the node with new
+// names holds far more and is refused, the other pods' few misses go on
+// being resolved. What they add stays under the limit itself, as the
+// clients under their share together hold less than it.
 func (s *Server) acquire(src srcKey) bool {
-	if n := s.inflight.Add(1); n > s.missLimit.Load() {
+	n := s.inflight.Add(1)
+	if n > int64(s.cfg.MaxInflight) {
 		s.inflight.Add(-1)
-		if n > int64(s.cfg.MaxInflight) {
-			s.refuse(refusedInflightTotal)
-		} else {
-			s.refuse(refusedQueueDelay)
-		}
+		s.refuse(refusedInflightTotal)
 		return false
 	}
-	if !s.sources.take(src, srcMisses, s.cfg.MaxInflightPerSource) {
+	most, reason := s.cfg.MaxInflightPerSource, refusedInflightSource
+	if limit := s.missLimit.Load(); n > limit {
+		if share := int(limit / max(1, s.sources.missClients.Load())); share < most {
+			most, reason = share, refusedQueueDelay
+		}
+	}
+	if !s.sources.take(src, srcMisses, most) {
 		s.inflight.Add(-1)
-		s.refuse(refusedInflightSource)
+		s.refuse(reason)
 		return false
 	}
 	s.missesStarted.Add(1)

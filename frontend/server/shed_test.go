@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -204,12 +207,15 @@ func TestArrival(t *testing.T) {
 
 // costlyHandler makes the reader slow: every ServeFast spins for cost,
 // as a reader short of CPU would be. Names starting with 'h' are hits;
-// every other is a miss whose ServeSlow waits for release (or answers at
-// once when release is nil), so that misses stay in flight.
+// every other is a miss. Names starting with 'q' (a quiet client's) are
+// resolved at once; the others take missDelay when it is set, else wait
+// for release (or are answered at once when release is nil), so that
+// misses stay in flight.
 type costlyHandler struct {
 	fakeHandler
-	cost    time.Duration
-	release chan struct{}
+	cost      time.Duration
+	missDelay time.Duration
+	release   chan struct{}
 }
 
 func (h *costlyHandler) ServeFast(dst, req []byte, _ Proto) ([]byte, bool) {
@@ -222,7 +228,14 @@ func (h *costlyHandler) ServeFast(dst, req []byte, _ Proto) ([]byte, bool) {
 }
 
 func (h *costlyHandler) ServeSlow(ctx context.Context, dst, req []byte, _ Proto) []byte {
-	if h.release != nil {
+	switch {
+	case len(req) > 13 && req[13] == 'q':
+	case h.missDelay > 0:
+		select {
+		case <-time.After(h.missDelay):
+		case <-ctx.Done():
+		}
+	case h.release != nil:
 		select {
 		case <-h.release:
 		case <-ctx.Done():
@@ -235,9 +248,19 @@ func (h *costlyHandler) ServeSlow(ctx context.Context, dst, req []byte, _ Proto)
 // about rate queries a second for d, reading and dropping the answers.
 func floodQueue(t *testing.T, addr, name string, rate int, d time.Duration) {
 	t.Helper()
-	var conns []net.Conn
+	var srcs []string
 	for i := 2; i < 10; i++ {
-		c, err := dialFrom(t, "udp", net.IPv4(127, 0, 0, byte(i)).String(), addr)
+		srcs = append(srcs, net.IPv4(127, 0, 0, byte(i)).String())
+	}
+	floodQueueFrom(t, srcs, addr, name, rate, d)
+}
+
+// floodQueueFrom is floodQueue from the loopback addresses srcs.
+func floodQueueFrom(t *testing.T, srcs []string, addr, name string, rate int, d time.Duration) {
+	t.Helper()
+	var conns []net.Conn
+	for _, src := range srcs {
+		c, err := dialFrom(t, "udp", src, addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -361,4 +384,84 @@ func TestNoShedKeepingUp(t *testing.T) {
 	if got := metricstest.Value(t, set, refusedSeries("queue_delay")); got != 0 {
 		t.Errorf("%v misses shed by a reader that keeps up (queue delay over 5ms in %v batches)", got, delayedOver(t, set, "0.005"))
 	}
+}
+
+// TestShedSparesQuietClients: one client floods a slow reader with misses
+// that take 50ms each, so that the queue stands and the limit on misses
+// in flight drops to its floor, which the flood fills. Twenty other
+// clients then ask a new name each every 20ms. Each holds far less than
+// its share of the lowered limit, so their misses must be resolved, not
+// answered SERVFAIL, while the flooding client's are refused for the
+// queue's delay. With one limit for all, nearly every quiet miss would
+// find it full.
+func TestShedSparesQuietClients(t *testing.T) {
+	const quietQueries = 25
+	h := &costlyHandler{cost: 300 * time.Microsecond, missDelay: 50 * time.Millisecond}
+	// A buffer of a few hundred queries: a queue of some 100ms, so that
+	// the quiet clients' answers come back while the flood goes on.
+	s, set := startServer(t, Config{UDPSockets: 1, ReadBuffer: 256 << 10, ShedDelay: 2 * time.Millisecond, shedArmAfter: time.Nanosecond}, h)
+	addr := s.Addrs()[0]
+	flooding := make(chan struct{})
+	go func() {
+		defer close(flooding)
+		floodQueueFrom(t, []string{"127.0.0.2"}, addr, "miss.example.", 8000, 4*time.Second)
+	}()
+	defer func() { <-flooding }()
+	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_inflight_limit") <= 2*shedFloor })
+	shedBefore := metricstest.Value(t, set, refusedSeries("queue_delay"))
+
+	var answered, failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := 20; i < 40; i++ {
+		c, err := dialFrom(t, "udp", net.IPv4(127, 0, 0, byte(i)).String(), addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// The queue stands, so answers come late: read them until 2s
+		// after the last query, each ID once.
+		_ = c.SetReadDeadline(time.Now().Add(2500 * time.Millisecond))
+		wg.Go(func() {
+			var seen [quietQueries]bool
+			buf := make([]byte, 1500)
+			for {
+				k, err := c.Read(buf)
+				if err != nil {
+					return
+				}
+				r := new(dns.Msg)
+				if r.Unpack(buf[:k]) != nil || r.Id >= quietQueries || seen[r.Id] {
+					continue
+				}
+				seen[r.Id] = true
+				answered.Add(1)
+				if r.Rcode != dns.RcodeSuccess {
+					failed.Add(1)
+				}
+			}
+		})
+		wg.Go(func() {
+			for n := range uint16(quietQueries) {
+				m := new(dns.Msg)
+				m.SetQuestion(fmt.Sprintf("q%d-%d.example.", i, n), dns.TypeA)
+				m.Id = n
+				q, _ := m.Pack()
+				_, _ = c.Write(q)
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	shed := metricstest.Value(t, set, refusedSeries("queue_delay")) - shedBefore
+	if answered.Load() < 50 {
+		t.Fatalf("%d quiet queries answered of %d: the test shows nothing", answered.Load(), 20*quietQueries)
+	}
+	if shed == 0 {
+		t.Fatalf("no flood miss refused while the quiet clients asked: the limit was not in force")
+	}
+	if f := failed.Load(); f*20 > answered.Load() {
+		t.Errorf("quiet clients: %d of %d answered misses failed (limit %v, %v of the flood's shed meanwhile)",
+			f, answered.Load(), metricstest.Value(t, set, "nodedns_server_inflight_limit"), shed)
+	}
+	t.Logf("quiet clients: %d of %d answered misses failed; %v flood misses shed meanwhile", failed.Load(), answered.Load(), shed)
 }

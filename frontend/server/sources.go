@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -55,6 +56,8 @@ type srcCounts struct {
 // addresses that send queries.
 type sourceTable struct {
 	shards [srcShards]srcShard
+	// missClients is the number of clients holding a miss in flight.
+	missClients atomic.Int64
 }
 
 type srcShard struct {
@@ -97,6 +100,9 @@ func (t *sourceTable) take(k srcKey, kind srcKind, limit int) bool {
 		return false
 	}
 	*p++
+	if kind == srcMisses && c.misses == 1 {
+		t.missClients.Add(1)
+	}
 	sh.m[k] = c
 	return true
 }
@@ -117,6 +123,9 @@ func (t *sourceTable) give(k srcKey, kind srcKind) {
 	}
 	if *p > 0 {
 		*p--
+		if kind == srcMisses && c.misses == 0 {
+			t.missClients.Add(-1)
+		}
 	}
 	if c.misses == 0 && c.conns == 0 {
 		delete(sh.m, k)

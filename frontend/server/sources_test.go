@@ -39,6 +39,9 @@ func TestSourceTable(t *testing.T) {
 	if got := tab.held(a); got != (srcCounts{misses: 3, conns: 1}) {
 		t.Errorf("a holds %+v", got)
 	}
+	if n := tab.missClients.Load(); n != 2 {
+		t.Errorf("%d clients holding misses, want 2", n)
+	}
 	for range 3 {
 		tab.give(a, srcMisses)
 	}
@@ -48,8 +51,11 @@ func TestSourceTable(t *testing.T) {
 	if n := tab.entries(); n != 0 {
 		t.Errorf("%d entries left once every client gave all back, want 0", n)
 	}
-	if !tab.take(a, srcConns, 1) {
-		t.Error("a is refused after giving back")
+	if n := tab.missClients.Load(); n != 0 {
+		t.Errorf("%d clients holding misses once all gave back, want 0", n)
+	}
+	if !tab.take(a, srcConns, 1) || tab.missClients.Load() != 0 {
+		t.Error("a is refused after giving back, or a connection counts as a miss")
 	}
 }
 
@@ -80,8 +86,8 @@ func TestSourceTableConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if over > 0 || tab.entries() != 0 {
-		t.Errorf("over the share %d times, %d entries left", over, tab.entries())
+	if over > 0 || tab.entries() != 0 || tab.missClients.Load() != 0 {
+		t.Errorf("over the share %d times, %d entries left, %d clients holding misses", over, tab.entries(), tab.missClients.Load())
 	}
 }
 
@@ -256,5 +262,51 @@ func TestOverloadedProto(t *testing.T) {
 		if got := <-h.got; got != c.want {
 			t.Errorf("%s: Overloaded got Proto %v, want %v", c.network, got, c.want)
 		}
+	}
+}
+
+// TestAcquireShareOfLoweredLimit: past a limit lowered for a standing
+// queue, a client holding less than an equal share of it among the
+// clients with misses is still admitted; the client that holds more is
+// refused for the queue, and the configured limits still hold.
+func TestAcquireShareOfLoweredLimit(t *testing.T) {
+	s, set := startServer(t, Config{MaxInflight: 40, MaxInflightPerSource: 20}, &fakeHandler{})
+	s.missLimit.Store(10)
+	noisy, quiet, third := v4Key([4]byte{10, 0, 0, 1}), v4Key([4]byte{10, 0, 0, 2}), v4Key([4]byte{10, 0, 0, 3})
+	for i := range 10 {
+		if !s.acquire(noisy) {
+			t.Fatalf("miss %d under the limit refused", i+1)
+		}
+	}
+	if s.acquire(noisy) {
+		t.Error("the only client was admitted past the limit")
+	}
+	// Two clients with misses: a share of 5 each.
+	for i := range 5 {
+		if !s.acquire(quiet) {
+			t.Fatalf("quiet client's miss %d refused under its share", i+1)
+		}
+	}
+	if s.acquire(quiet) {
+		t.Error("quiet client admitted past its share of 5")
+	}
+	if s.acquire(noisy) {
+		t.Error("noisy client admitted past the limit, holding twice its share")
+	}
+	if !s.acquire(third) {
+		t.Error("a third client's first miss refused")
+	}
+	if got := metricstest.Value(t, set, refusedSeries("queue_delay")); got != 3 {
+		t.Errorf("%v refused for the queue, want 3", got)
+	}
+	// Back at the configured limit, the per-source share applies again.
+	s.missLimit.Store(40)
+	for s.sources.held(noisy).misses < 20 {
+		if !s.acquire(noisy) {
+			t.Fatalf("noisy refused at %d misses, under its share of 20", s.sources.held(noisy).misses)
+		}
+	}
+	if s.acquire(noisy) || metricstest.Value(t, set, refusedSeries("inflight_source")) != 1 {
+		t.Error("client admitted past --max-inflight-per-source")
 	}
 }
