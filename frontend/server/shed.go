@@ -60,8 +60,15 @@ import (
 
 const (
 	shedWindow = 25 * time.Millisecond
-	// shedFloor is the lowest the limit goes.
-	shedFloor = 32
+	// shedFloor is the lowest the limit goes. A limit on misses in
+	// flight bounds their CPU only through the backend's latency: at the
+	// millisecond a denial takes on a node, 32 misses in flight still
+	// pass some 30,000 a second, more than a flood sends: in runs of
+	// compare's flood with its generator in real time, the queue stood at
+	// a floor of 32 (docs/reliability.md). 8 still gives each of eight
+	// clients with misses in flight a share of one past it
+	// (Server.acquire).
+	shedFloor = 8
 	// shedMinStarted is the misses per P a window must start for a
 	// standing queue to be blamed on misses: 16 in 25ms, 640 a second,
 	// a fifth of a core or more at the frontend's and backend's cost.

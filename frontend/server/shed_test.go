@@ -33,7 +33,7 @@ func TestNextLimit(t *testing.T) {
 	}{
 		{"standing queue: three quarters of the misses in flight", most, 1000, 9 * ms, false, true, 750},
 		{"standing queue, limit under in flight: three quarters of the limit", 400, 1000, 9 * ms, false, true, 300},
-		{"never under the floor", 40, 1000, 9 * ms, false, true, shedFloor},
+		{"never under the floor", shedFloor + 2, 1000, 9 * ms, false, true, shedFloor},
 		{"not standing (too short, too few misses started): kept", most, 1000, 9 * ms, false, false, most},
 		{"between half the target and the target: kept", 300, 1000, 4 * ms, false, false, 300},
 		{"under half the target: an eighth more", 800, 1000, 2 * ms, false, true, 900},
@@ -388,7 +388,7 @@ func TestNoShedKeepingUp(t *testing.T) {
 
 // TestShedSparesQuietClients: one client floods a slow reader with misses
 // that take 50ms each, so that the queue stands and the limit on misses
-// in flight drops to its floor, which the flood fills. Twenty other
+// in flight drops under what the flood would hold, and the flood fills it. Twenty other
 // clients then ask a new name each every 20ms. Each holds far less than
 // its share of the lowered limit, so their misses must be resolved, not
 // answered SERVFAIL, while the flooding client's are refused for the
@@ -407,7 +407,9 @@ func TestShedSparesQuietClients(t *testing.T) {
 		floodQueueFrom(t, []string{"127.0.0.2"}, addr, "miss.example.", 8000, 4*time.Second)
 	}()
 	defer func() { <-flooding }()
-	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_inflight_limit") <= 2*shedFloor })
+	// The flood would keep some 160 misses in flight; the limit settles
+	// where misses start too slowly for the queue to be blamed on them.
+	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_inflight_limit") <= 100 })
 	shedBefore := metricstest.Value(t, set, refusedSeries("queue_delay"))
 
 	var answered, failed atomic.Int64
