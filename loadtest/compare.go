@@ -33,7 +33,7 @@ func compareFlags(fs *flag.FlagSet, cfg *scenario.Config) (designs *string, nice
 	fs.BoolVar(&cfg.Chaos, "chaos", cfg.Chaos, "run the chaos experiments after the comparison")
 	fs.DurationVar(&cfg.ChaosDuration, "chaos-duration", cfg.ChaosDuration, "length of each chaos run")
 	fs.StringVar(&cfg.ChaosOnly, "chaos-only", "", "run only the chaos experiments whose name contains this (flood, SIGKILL, upgrade, ...)")
-	fs.BoolVar(&cfg.GeneratorRealtime, "generator-realtime", os.Geteuid() == 0, "run the load generator under SCHED_RR (chrt), so that no design's processes or other work make it begin lookups late (root; every design alike)")
+	fs.BoolVar(&cfg.GeneratorRealtime, "generator-realtime", os.Geteuid() == 0, "run the load generator of the measured lookups under SCHED_RR (chrt), so that no design's processes or other work make it begin lookups late (root; every design alike; a chaos flood runs as an ordinary process)")
 	nice = fs.Int("nice", -20, "niceness of the harness and all it starts (every design alike); 0 leaves it")
 	return designs, nice
 }

@@ -58,6 +58,10 @@ type Config struct {
 	// the latency (counted from when the lookup was due) would blame on
 	// the design being measured. Every design alike.
 	GeneratorRealtime bool
+
+	// noisyPod sends the load from the node's NoisyIP alone, not from
+	// its PodIPs.
+	noisyPod bool
 }
 
 // DefaultConfig is the published comparison's configuration.
@@ -385,11 +389,15 @@ func scrapeRequests(ctx context.Context, t metricsTarget) (float64, error) {
 // and returns its result. Progress lines go to w with a prefix (nil: none).
 func (e *Env) generate(ctx context.Context, n *simNode, server string, cfg Config, d time.Duration, name string, w io.Writer) (*gen.Result, error) {
 	jsonPath := filepath.Join(e.opts.OutDir, "load-"+name+".json")
+	sources := n.PodIPs[0].String() + "-" + n.PodIPs[len(n.PodIPs)-1].String()
+	if cfg.noisyPod {
+		sources = n.NoisyIP.String()
+	}
 	args := []string{
 		"load", "-server", server, "-rate", strconv.Itoa(cfg.Rate), "-duration", d.String(),
 		"-pods", strconv.Itoa(cfg.Pods), "-mix", cfg.Mix, "-seed", strconv.FormatUint(cfg.Seed, 10),
 		"-timeout", cfg.Timeout.String(), "-attempts", strconv.Itoa(cfg.Attempts),
-		"-source-ips", n.PodIPs[0].String() + "-" + n.PodIPs[len(n.PodIPs)-1].String(),
+		"-source-ips", sources,
 		"-json", jsonPath,
 	}
 	if w == nil {

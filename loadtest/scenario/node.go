@@ -22,6 +22,9 @@ type simNode struct {
 	*testbed.Node
 	Pod    netnstest.Namespace
 	PodIPs []netip.Addr
+	// NoisyIP is one more pod's address in Pod, not among PodIPs: the
+	// pod that floods the node in the chaos experiment of one pod.
+	NoisyIP netip.Addr
 	// Uplink is NodeUplink's address; the other node's end is Peer.
 	Uplink, Peer string
 	kp           *testbed.KubeProxy
@@ -80,6 +83,8 @@ func (e *Env) addNode(ctx context.Context, name string) (_ *simNode, err error) 
 		steps = append(steps, []string{"-n", s.Pod.Name, "addr", "add", addr.String() + "/24", "dev", "eth0"})
 		addr = addr.Next()
 	}
+	s.NoisyIP = addr
+	steps = append(steps, []string{"-n", s.Pod.Name, "addr", "add", addr.String() + "/24", "dev", "eth0"})
 	steps = append(steps, []string{"-n", s.Pod.Name, "route", "add", "default", "via", podNet + ".1"})
 	for _, st := range steps {
 		if _, err := run(ctx, "ip", st...); err != nil {

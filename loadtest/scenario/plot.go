@@ -62,7 +62,7 @@ func (r *Report) WritePlots(dir string) (files []string, err error) {
 	for _, exp := range order {
 		p := plot.New()
 		when := fmt.Sprintf("at %v", chaosAt)
-		if exp == "random-subdomain flood" {
+		if strings.Contains(exp, "flood") {
 			when = "for the whole run"
 		}
 		p.Title.Text = fmt.Sprintf("%s %s: answered lookups/s (solid), lost+failed/s (dashed)", exp, when)
