@@ -31,8 +31,8 @@ import (
 // misses past it are answered by Handler.Overloaded (stale when it can,
 // else SERVFAIL, both at the cost of a hit), unless their client holds
 // less than an equal share of it (Server.acquire): the flooding pod is
-// refused, the few misses of the others are not. A window whose smallest delay
-// is under half the target raises the limit by an eighth, up to
+// refused, the few misses of the others are not. A window whose smallest
+// delay is under half the target raises the limit by an eighth, up to
 // Config.MaxInflight. A limit on misses in flight, not a share of them
 // refused, because an admitted miss costs CPU for as long as it waits in
 // the backend's queue: the limit bounds that queue at once, where a

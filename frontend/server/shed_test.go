@@ -388,12 +388,12 @@ func TestNoShedKeepingUp(t *testing.T) {
 
 // TestShedSparesQuietClients: one client floods a slow reader with misses
 // that take 50ms each, so that the queue stands and the limit on misses
-// in flight drops under what the flood would hold, and the flood fills it. Twenty other
-// clients then ask a new name each every 20ms. Each holds far less than
-// its share of the lowered limit, so their misses must be resolved, not
-// answered SERVFAIL, while the flooding client's are refused for the
-// queue's delay. With one limit for all, nearly every quiet miss would
-// find it full.
+// in flight drops under what the flood would hold, and the flood fills
+// it. Twenty other clients then ask a new name each every 20ms. Each
+// holds far less than its share of the lowered limit, so their misses
+// must be resolved, not answered SERVFAIL, while the flooding client's
+// are refused for the queue's delay. With one limit for all, nearly every
+// quiet miss would find it full.
 func TestShedSparesQuietClients(t *testing.T) {
 	const quietQueries = 25
 	h := &costlyHandler{cost: 300 * time.Microsecond, missDelay: 50 * time.Millisecond}
