@@ -37,10 +37,11 @@ type Server struct {
 	// the limit last moved.
 	missesStarted, shedStarted atomic.Int64
 	// standingSince is when the UDP queues began to stand (unix ns, 0:
-	// they do not); readStart is when the readers started (shed.go).
-	standingSince atomic.Int64
-	readStart     int64
-	tcpCount      atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
+	// they do not); standingAt is when a reader last closed a window
+	// whose queue stood; readStart is when the readers started (shed.go).
+	standingSince, standingAt atomic.Int64
+	readStart                 int64
+	tcpCount                  atomic.Int64 // open TCP connections; bounded by cfg.MaxTCPConns
 	// sources holds each client's misses in flight and TCP connections,
 	// bounded by cfg.MaxInflightPerSource and cfg.MaxTCPConnsPerSource.
 	// Misses and TCP accepts use it; cache hits never do.

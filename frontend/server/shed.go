@@ -53,10 +53,18 @@ import (
 // start comes from something else taking the CPU (another pod, or the
 // rest of the queries), and refusing misses would fail lookups without
 // shortening it. The count of misses in flight would not tell: names that
-// hang upstream hold slots for seconds at no cost. Readers keep their
-// window to themselves (no shared write on the hit path); at most one of
-// them moves the limit per window, as the readers of one process share
-// the cores and so see the same queue.
+// hang upstream hold slots for seconds at no cost.
+//
+// Readers keep their window to themselves (no shared write on the hit
+// path) and at most one of them moves the limit per window. They do not
+// all see the same queue: the kernel spreads datagrams over the sockets
+// by a hash of their addresses and ports, so a pod flooding from one
+// socket fills one socket's queue while the others stay empty. A window
+// that stood is therefore noted (Server.standingAt) by whichever reader
+// saw it, and the queue stands for the reader moving the limit while any
+// reader saw it stand in the last two windows: a quiet socket's short
+// waits neither restart the count of shedSustain nor raise the limit
+// beside a socket whose queue stands.
 
 const (
 	shedWindow = 25 * time.Millisecond
@@ -111,13 +119,17 @@ func (s *Server) observeDelay(w *delayWindow, now, delay int64) {
 		minDelay = min(minDelay, delay)
 	}
 	w.end, w.minDelay = now+shedWindow.Nanoseconds(), delay
+	if !idle && minDelay > target {
+		s.standingAt.Store(now)
+	}
 	next := s.shedNext.Load()
 	if now < next || !s.shedNext.CompareAndSwap(next, now+shedWindow.Nanoseconds()) {
 		return // another reader moved the limit in this window
 	}
 	started := s.missesStarted.Load()
 	busy := started-s.shedStarted.Swap(started) >= int64(shedMinStarted*runtime.GOMAXPROCS(0))
-	standing := !idle && minDelay > target && busy
+	stood := now-s.standingAt.Load() <= 2*shedWindow.Nanoseconds()
+	standing := stood && busy
 	since := s.standingSince.Load()
 	switch {
 	case !standing:
@@ -128,18 +140,18 @@ func (s *Server) observeDelay(w *delayWindow, now, delay int64) {
 	}
 	sustained := standing && now-since >= shedSustain.Nanoseconds() &&
 		now-s.readStart >= s.cfg.shedArmAfter.Nanoseconds()
-	s.missLimit.Store(nextLimit(s.missLimit.Load(), s.inflight.Load(), int64(s.cfg.MaxInflight),
-		target, minDelay, idle, sustained))
+	short := !stood && (idle || minDelay < target/2)
+	s.missLimit.Store(nextLimit(s.missLimit.Load(), s.inflight.Load(), int64(s.cfg.MaxInflight), short, sustained))
 }
 
-// nextLimit is the limit on misses in flight after a window whose
-// smallest head delay was minDelay (idle: no batch in it; standing: the
-// queue has stood for shedSustain while misses started fast, so misses
-// are its cause), with inflight misses in flight now, for a target delay
-// and the configured most.
-func nextLimit(limit, inflight, most, target, minDelay int64, idle, standing bool) int64 {
+// nextLimit is the limit on misses in flight after a window, with
+// inflight misses in flight now and the configured most: short, no
+// socket's queue stood in it (every batch the mover read waited under
+// half the target, or none came); standing, the queue has stood for
+// shedSustain while misses started fast, so misses are its cause.
+func nextLimit(limit, inflight, most int64, short, standing bool) int64 {
 	switch {
-	case idle || minDelay < target/2:
+	case short:
 		return min(most, limit+max(limit/8, shedFloor/2))
 	case standing:
 		return max(shedFloor, min(limit, inflight)*3/4)

@@ -20,30 +20,73 @@ import (
 )
 
 func TestNextLimit(t *testing.T) {
-	const (
-		ms     = int64(time.Millisecond)
-		target = 5 * ms
-		most   = 2000
-	)
+	const most = 2000
 	for _, c := range []struct {
-		name                   string
-		limit, inflight, delay int64
-		idle, busy             bool
-		want                   int64
+		name            string
+		limit, inflight int64
+		short, standing bool
+		want            int64
 	}{
-		{"standing queue: three quarters of the misses in flight", most, 1000, 9 * ms, false, true, 750},
-		{"standing queue, limit under in flight: three quarters of the limit", 400, 1000, 9 * ms, false, true, 300},
-		{"never under the floor", shedFloor + 2, 1000, 9 * ms, false, true, shedFloor},
-		{"not standing (too short, too few misses started): kept", most, 1000, 9 * ms, false, false, most},
-		{"between half the target and the target: kept", 300, 1000, 4 * ms, false, false, 300},
-		{"under half the target: an eighth more", 800, 1000, 2 * ms, false, true, 900},
-		{"small limits grow by at least half the floor", shedFloor, 0, 0, false, false, shedFloor + shedFloor/2},
-		{"an idle window counts as no queue", 800, 1000, 9 * ms, true, true, 900},
-		{"never over the configured most", most - 10, 0, 0, false, false, most},
+		{"standing queue: three quarters of the misses in flight", most, 1000, false, true, 750},
+		{"standing queue, limit under in flight: three quarters of the limit", 400, 1000, false, true, 300},
+		{"never under the floor", shedFloor + 2, 1000, false, true, shedFloor},
+		{"neither short nor standing long enough: kept", 300, 1000, false, false, 300},
+		{"short waits: an eighth more", 800, 1000, true, false, 900},
+		{"small limits grow by at least half the floor", shedFloor, 0, true, false, shedFloor + shedFloor/2},
+		{"never over the configured most", most - 10, 0, true, false, most},
 	} {
-		if got := nextLimit(c.limit, c.inflight, most, target, c.delay, c.idle, c.busy); got != c.want {
-			t.Errorf("%s: nextLimit(%d, %d, ..., %v) = %d, want %d", c.name, c.limit, c.inflight, time.Duration(c.delay), got, c.want)
+		if got := nextLimit(c.limit, c.inflight, most, c.short, c.standing); got != c.want {
+			t.Errorf("%s: nextLimit(%d, %d, %d, %v, %v) = %d, want %d", c.name, c.limit, c.inflight, most, c.short, c.standing, got, c.want)
 		}
+	}
+}
+
+// TestShedOneStandingSocket: a flood from one socket of a pod fills the
+// queue of one of the server's sockets, hashed there by its ports, and
+// leaves the others' empty. Reader a reads the standing queue; reader b
+// reads short ones and closes its windows first. b's short waits must
+// neither restart the count towards shedSustain nor raise the limit: it
+// drops once a's queue has stood that long, and stays down while it
+// stands; once a's waits are short as well, it rises.
+func TestShedOneStandingSocket(t *testing.T) {
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, ShedDelay: 5 * time.Millisecond}, &fakeHandler{}, nil, metrics.NewSet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.inflight.Store(1000)
+	ms := int64(time.Millisecond)
+	win := shedWindow.Nanoseconds()
+	now := int64(1e18)
+	var a, b delayWindow
+	window := func(aDelay int64) int64 {
+		s.missesStarted.Add(int64(shedMinStarted * runtime.GOMAXPROCS(0)))
+		s.observeDelay(&b, now, 1*ms)
+		s.observeDelay(&a, now+ms, aDelay)
+		now += win
+		return s.missLimit.Load()
+	}
+	window(9 * ms) // opens both windows
+	start := now
+	for now-start <= shedSustain.Nanoseconds()+win {
+		window(9 * ms)
+	}
+	low := s.missLimit.Load()
+	if low >= int64(DefaultMaxInflight) {
+		t.Fatalf("one socket's queue standing for %v beside a quiet one: limit %d, want it lowered", time.Duration(now-start), low)
+	}
+	for range 8 {
+		if got := window(9 * ms); got > low {
+			t.Fatalf("one socket's queue still standing: limit rose from %d to %d", low, got)
+		}
+	}
+	// a's next window still opens with a long wait; the one after that
+	// is short, and two windows later no queue has stood.
+	low = s.missLimit.Load()
+	for range 3 {
+		low = min(low, window(1*ms))
+	}
+	if got := window(1 * ms); got <= low {
+		t.Fatalf("every queue short: limit %d, want it raised from %d", got, low)
 	}
 }
 
@@ -393,13 +436,21 @@ func TestNoShedKeepingUp(t *testing.T) {
 // holds far less than its share of the lowered limit, so their misses
 // must be resolved, not answered SERVFAIL, while the flooding client's
 // are refused for the queue's delay. With one limit for all, nearly every
-// quiet miss would find it full.
+// quiet miss would find it full. With two sockets the flood, from one
+// socket of its own, fills the queue of one of them, and the quiet
+// clients' queries on the other, read at once, must not raise the limit.
 func TestShedSparesQuietClients(t *testing.T) {
+	for _, sockets := range []int{1, 2} {
+		t.Run(fmt.Sprintf("sockets=%d", sockets), func(t *testing.T) { testShedSparesQuietClients(t, sockets) })
+	}
+}
+
+func testShedSparesQuietClients(t *testing.T, sockets int) {
 	const quietQueries = 25
 	h := &costlyHandler{cost: 300 * time.Microsecond, missDelay: 50 * time.Millisecond}
 	// A buffer of a few hundred queries: a queue of some 100ms, so that
 	// the quiet clients' answers come back while the flood goes on.
-	s, set := startServer(t, Config{UDPSockets: 1, ReadBuffer: 256 << 10, ShedDelay: 2 * time.Millisecond, shedArmAfter: time.Nanosecond}, h)
+	s, set := startServer(t, Config{UDPSockets: sockets, ReadBuffer: 256 << 10, ShedDelay: 2 * time.Millisecond, shedArmAfter: time.Nanosecond}, h)
 	addr := s.Addrs()[0]
 	flooding := make(chan struct{})
 	go func() {
@@ -409,8 +460,23 @@ func TestShedSparesQuietClients(t *testing.T) {
 	defer func() { <-flooding }()
 	// The flood would keep some 160 misses in flight; the limit settles
 	// where misses start too slowly for the queue to be blamed on them.
-	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_inflight_limit") <= 100 })
+	const lowered = 100
+	waitFor(t, func() bool { return s.missLimit.Load() <= lowered })
 	shedBefore := metricstest.Value(t, set, refusedSeries("queue_delay"))
+	var highest atomic.Int64
+	quiet := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			highest.Store(max(highest.Load(), s.missLimit.Load()))
+			select {
+			case <-quiet:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
 
 	var answered, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -454,6 +520,8 @@ func TestShedSparesQuietClients(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	close(quiet)
+	<-sampled
 	shed := metricstest.Value(t, set, refusedSeries("queue_delay")) - shedBefore
 	if answered.Load() < 50 {
 		t.Fatalf("%d quiet queries answered of %d: the test shows nothing", answered.Load(), 20*quietQueries)
@@ -465,5 +533,9 @@ func TestShedSparesQuietClients(t *testing.T) {
 		t.Errorf("quiet clients: %d of %d answered misses failed (limit %v, %v of the flood's shed meanwhile)",
 			f, answered.Load(), metricstest.Value(t, set, "nodedns_server_inflight_limit"), shed)
 	}
-	t.Logf("quiet clients: %d of %d answered misses failed; %v flood misses shed meanwhile", failed.Load(), answered.Load(), shed)
+	if hi := highest.Load(); hi > 2*lowered {
+		t.Errorf("the flood's queue standing: limit rose to %d while the quiet clients asked", hi)
+	}
+	t.Logf("quiet clients: %d of %d answered misses failed; %v flood misses shed meanwhile; limit at most %d",
+		failed.Load(), answered.Load(), shed, highest.Load())
 }
