@@ -359,8 +359,11 @@ func (s *Server) closeSockets() {
 // admitted while it holds less than an equal share of that limit among
 // the clients holding misses: the pod that floods the node with new
 // names holds far more and is refused, the other pods' few misses go on
-// being resolved. What they add stays under the limit itself, as the
-// clients under their share together hold less than it.
+// being resolved. The share is never under minShare, the two queries
+// (A and AAAA) that a pod's resolver sends at once for each name it
+// tries: with a share of one, the second of the pair is refused and the
+// lookup fails. What the clients under their share add thus stays under
+// the limit or under minShare misses each.
 func (s *Server) acquire(src srcKey) bool {
 	n := s.inflight.Add(1)
 	if n > int64(s.cfg.MaxInflight) {
@@ -370,7 +373,7 @@ func (s *Server) acquire(src srcKey) bool {
 	}
 	most, reason := s.cfg.MaxInflightPerSource, refusedInflightSource
 	if limit := s.missLimit.Load(); n > limit {
-		if share := int(limit / max(1, s.sources.missClients.Load())); share < most {
+		if share := max(minShare, int(limit/max(1, s.sources.missClients.Load()))); share < most {
 			most, reason = share, refusedQueueDelay
 		}
 	}
@@ -383,6 +386,10 @@ func (s *Server) acquire(src srcKey) bool {
 	s.m.inflight.Inc()
 	return true
 }
+
+// minShare is the fewest misses in flight acquire lets a client hold
+// past a lowered limit.
+const minShare = 2
 
 // release gives back the slots acquire took for src.
 func (s *Server) release(src srcKey) {

@@ -296,8 +296,21 @@ func TestAcquireShareOfLoweredLimit(t *testing.T) {
 	if !s.acquire(third) {
 		t.Error("a third client's first miss refused")
 	}
-	if got := metricstest.Value(t, set, refusedSeries("queue_delay")); got != 3 {
-		t.Errorf("%v refused for the queue, want 3", got)
+	// Three clients: a share of 3. Seven more: a share of 1, but every
+	// client may still hold the pair of queries a lookup sends at once.
+	for i := range 7 {
+		if !s.acquire(v4Key([4]byte{10, 0, 1, byte(i)})) {
+			t.Fatalf("client %d's first miss refused", i+4)
+		}
+	}
+	if !s.acquire(third) {
+		t.Error("a client holding one miss refused the second of a pair")
+	}
+	if s.acquire(third) {
+		t.Error("a client holding two misses admitted past a share of one")
+	}
+	if got := metricstest.Value(t, set, refusedSeries("queue_delay")); got != 4 {
+		t.Errorf("%v refused for the queue, want 4", got)
 	}
 	// Back at the configured limit, the per-source share applies again.
 	s.missLimit.Store(40)
