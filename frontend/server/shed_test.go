@@ -463,13 +463,13 @@ func testShedSparesQuietClients(t *testing.T, sockets int) {
 	const lowered = 100
 	waitFor(t, func() bool { return s.missLimit.Load() <= lowered })
 	shedBefore := metricstest.Value(t, set, refusedSeries("queue_delay"))
-	var highest atomic.Int64
+	var highest int64 // read once sampled is closed
 	quiet := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		for {
-			highest.Store(max(highest.Load(), s.missLimit.Load()))
+			highest = max(highest, s.missLimit.Load())
 			select {
 			case <-quiet:
 				return
@@ -533,9 +533,9 @@ func testShedSparesQuietClients(t *testing.T, sockets int) {
 		t.Errorf("quiet clients: %d of %d answered misses failed (limit %v, %v of the flood's shed meanwhile)",
 			f, answered.Load(), metricstest.Value(t, set, "nodedns_server_inflight_limit"), shed)
 	}
-	if hi := highest.Load(); hi > 2*lowered {
-		t.Errorf("the flood's queue standing: limit rose to %d while the quiet clients asked", hi)
+	if highest > 2*lowered {
+		t.Errorf("the flood's queue standing: limit rose to %d while the quiet clients asked", highest)
 	}
 	t.Logf("quiet clients: %d of %d answered misses failed; %v flood misses shed meanwhile; limit at most %d",
-		failed.Load(), answered.Load(), shed, highest.Load())
+		failed.Load(), answered.Load(), shed, highest)
 }
