@@ -183,6 +183,34 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
+	// The frontend answers names under a cached NXDOMAIN NXDOMAIN itself
+	// at the Service, namespace and domain levels (--deny-below-nxdomain,
+	// RFC 8020): the plugin must agree with every such answer, and a name
+	// under a Service's NXDOMAIN child must still reach it.
+	t.Run("denied-below-nxdomain", func(t *testing.T) {
+		fe := startFrontend(t, b)
+		for _, tc := range []struct {
+			cut, name string
+			qtype     uint16
+		}{
+			{"nosuch" + zone, "x.nosuch" + zone, dns.TypeA},
+			{"nosuch" + zone, "_http._tcp.nosuch" + zone, dns.TypeSRV},
+			{"nosuchns.svc.cluster.local.", "web.nosuchns.svc.cluster.local.", dns.TypeA},
+			{"com.cluster.local.", "google.com.cluster.local.", dns.TypeAAAA},
+			{"_tcp.web" + zone, "_http._tcp.web" + zone, dns.TypeSRV}, // below a Service: not denied
+		} {
+			if r := dnstest.Exchange(t, "udp", fe, dnstest.Query(tc.cut, tc.qtype)); r.Rcode != dns.RcodeNameError {
+				t.Fatalf("%s %s via frontend: rcode %s, want NXDOMAIN", tc.cut, dns.TypeToString[tc.qtype], dns.RcodeToString[r.Rcode])
+			}
+			want := dnstest.Exchange(t, "udp", b.DNS, dnstest.Query(tc.name, tc.qtype))
+			got := dnstest.Exchange(t, "udp", fe, dnstest.Query(tc.name, tc.qtype))
+			if got.Rcode != want.Rcode || !slices.Equal(rdata(got.Answer), rdata(want.Answer)) {
+				t.Errorf("%s %s: frontend answers %s %q, the backend %s %q", tc.name, dns.TypeToString[tc.qtype],
+					dns.RcodeToString[got.Rcode], rdata(got.Answer), dns.RcodeToString[want.Rcode], rdata(want.Answer))
+			}
+		}
+	})
+
 	// Changes reach the answers quickly: the kubernetes plugin is fed by
 	// watches and the backend's cache leaves cluster.local alone.
 	t.Run("changes", func(t *testing.T) {

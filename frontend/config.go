@@ -80,6 +80,7 @@ type config struct {
 	cache           cache.Config
 	clusterDomain   string
 	searchPrefetch  bool
+	denyBelow       bool
 	shedDelay       time.Duration
 	version         bool
 
@@ -146,6 +147,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.cache.PrefetchHits, "prefetch", c.PrefetchHits, "hits that make an entry near expiry refreshed in the background; 0 disables")
 	fs.StringVar(&cfg.clusterDomain, "cluster-domain", defaultClusterDomain, "kubelet's --cluster-domain `DOMAIN`, whose search path --search-prefetch follows")
 	fs.BoolVar(&cfg.searchPrefetch, "search-prefetch", true, "a miss of NAME.NAMESPACE.svc.DOMAIN (NAME of two labels or more) also fetches NAME.svc.DOMAIN and NAME.DOMAIN, a pod's next two tries")
+	fs.BoolVar(&cfg.denyBelow, "deny-below-nxdomain", true, "answer NXDOMAIN from the cache for a name under a Service, namespace or name of DOMAIN cached NXDOMAIN (RFC 8020), without asking the backend; needs --search-prefetch")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
 	return fs
 }
@@ -306,7 +308,7 @@ func (d *durationFlag) Set(s string) error {
 // resolverConfig returns the resolver's part of the flags; port names the
 // server in CoreDNS's series.
 func (c config) resolverConfig(port string) resolver.Config {
-	rc := resolver.Config{Cache: c.cache, Server: "dns://:" + port}
+	rc := resolver.Config{Cache: c.cache, Server: "dns://:" + port, DenyBelowNXDOMAIN: c.denyBelow}
 	if c.searchPrefetch {
 		rc.ClusterDomain = c.clusterDomain
 	}

@@ -23,11 +23,16 @@ type Config struct {
 	// (search-path prefetch, search.go). Empty disables it. Default
 	// "cluster.local".
 	ClusterDomain string
+	// DenyBelowNXDOMAIN answers NXDOMAIN, from the cache, a query of a name
+	// under a Service, namespace or child of ClusterDomain cached NXDOMAIN
+	// (RFC 8020; searchPath.above), instead of asking the backend. No
+	// effect without ClusterDomain. Default true.
+	DenyBelowNXDOMAIN bool
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
-	return Config{Cache: cache.DefaultConfig(), Server: "dns://:53", ClusterDomain: "cluster.local"}
+	return Config{Cache: cache.DefaultConfig(), Server: "dns://:53", ClusterDomain: "cluster.local", DenyBelowNXDOMAIN: true}
 }
 
 // Validate reports every invalid field.

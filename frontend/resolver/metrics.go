@@ -58,9 +58,11 @@ type metrics struct {
 	prefetch    *vm.Counter
 	// searchPrefetch counts the exchanges started by search-path prefetch.
 	searchPrefetch *vm.Counter
-	malformed      map[*dnswire.ParseError]*vm.Counter
-	mismatch       *vm.Counter
-	upErrors       *vm.Counter
+	// deniedBelow counts the queries denied from an NXDOMAIN above them.
+	deniedBelow sharedmetrics.ShardedCounter
+	malformed   map[*dnswire.ParseError]*vm.Counter
+	mismatch    *vm.Counter
+	upErrors    *vm.Counter
 }
 
 // Families of the resolver's series.
@@ -71,6 +73,7 @@ const (
 	servedStaleFamily    = sharedmetrics.CoreDNSNamespace + "_cache_served_stale_total"
 	prefetchFamily       = sharedmetrics.CoreDNSNamespace + "_cache_prefetch_total"
 	searchPrefetchFamily = sharedmetrics.Namespace + "_search_prefetch_total"
+	deniedBelowFamily    = sharedmetrics.Namespace + "_denied_below_nxdomain_total"
 	malformedFamily      = sharedmetrics.Namespace + "_malformed_queries_total"
 	mismatchFamily       = sharedmetrics.Namespace + "_upstream_mismatch_total"
 	upErrorsFamily       = sharedmetrics.Namespace + "_upstream_errors_total"
@@ -150,6 +153,8 @@ func newMetrics(set *vm.Set, srv string, c *cache.Cache) *metrics {
 	m.prefetch = set.NewCounter(name(prefetchFamily, "server", srv, "zones", zone, "view", view))
 	sharedmetrics.Help(searchPrefetchFamily, "Exchanges a miss in a pod's first search domain started for the pod's next tries and the names above them (search-path prefetch).")
 	m.searchPrefetch = set.NewCounter(searchPrefetchFamily)
+	sharedmetrics.Help(deniedBelowFamily, "Queries answered NXDOMAIN from the cached NXDOMAIN of a Service, namespace or cluster-domain name above theirs, without asking the backend (RFC 8020).")
+	m.deniedBelow = sharedmetrics.NewShardedCounters(set, deniedBelowFamily)[0]
 
 	sharedmetrics.Help(malformedFamily, "Queries rejected by the parser, by reason (answered FORMERR, NOTIMP or BADVERS, or dropped).")
 	for _, e := range dnswire.Reasons {

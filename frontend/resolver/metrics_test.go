@@ -39,6 +39,7 @@ func TestMetricsLabels(t *testing.T) {
 		"nodedns_malformed_queries_total":      {"reason", "counter"},
 		"nodedns_upstream_mismatch_total":      {"", "counter"},
 		"nodedns_search_prefetch_total":        {"", "counter"},
+		"nodedns_denied_below_nxdomain_total":  {"", "counter"},
 		"nodedns_upstream_errors_total":        {"", "counter"},
 	}
 	types := families(t, set)

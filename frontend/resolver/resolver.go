@@ -48,6 +48,7 @@ type Resolver struct {
 	ex     Exchanger    // always non-nil
 	shared func()       // called for each miss that joins a running flight; always non-nil
 	search *searchPath  // nil: no search-path prefetch
+	below  bool         // deny names under a cached NXDOMAIN (Config.DenyBelowNXDOMAIN)
 	log    *zap.Logger
 	m      *metrics
 
@@ -88,7 +89,7 @@ func New(cfg Config, ex Exchanger, set *vm.Set, log *zap.Logger, now func() time
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Resolver{
-		cfg: cfg, cache: c, ex: ex, shared: shared, search: search, log: log.Named("resolver"),
+		cfg: cfg, cache: c, ex: ex, shared: shared, search: search, below: search != nil && cfg.DenyBelowNXDOMAIN, log: log.Named("resolver"),
 		m:   newMetrics(set, cfg.Server, c),
 		ctx: ctx, cancel: cancel, flights: make(map[string]*flight),
 	}, nil
@@ -125,8 +126,15 @@ func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool)
 		r.m.response(pluginLocal, dnswire.RcodeRefused, start, weight)
 		return dnswire.AppendError(dst[:0], req, &q, dnswire.RcodeRefused), true
 	}
-	resp, res := r.cache.Get(dst[:0], &q, q.Limit(proto.IsTCP()))
+	limit := q.Limit(proto.IsTCP())
+	resp, res := r.cache.Get(dst[:0], &q, limit)
 	if !res.Hit {
+		if r.below {
+			if resp, ok := r.deniedBelow(dst, &q, limit); ok {
+				r.m.response(pluginCache, dns.RcodeNameError, start, weight)
+				return resp, true
+			}
+		}
 		return nil, false
 	}
 	if res.Stale {

@@ -46,8 +46,9 @@ import (
 // svc.DOMAIN above every one, is NODATA, not NXDOMAIN), so the pod is sure
 // to ask it. The cuts are fetched after a walk under L has been denied,
 // when not cached: three small lookups per last label (com, net, io …) and
-// negative TTL. Only when to ask changes, never what is answered: the
-// frontend does not synthesize denials from the cuts.
+// negative TTL. Search-path prefetch changes only when to ask, never what
+// is answered; with Config.DenyBelowNXDOMAIN the cuts also answer the
+// tries under them (deniedBelow), and the backend is asked none of them.
 //
 // What it costs: two more lookups in the backend's own zone (the kubernetes
 // plugin answers them from memory, nothing goes upstream), and two more
@@ -149,6 +150,95 @@ func (s *searchPath) next(key []byte, dst *[searchKeys][dnswire.MaxKeyLen]byte) 
 	return keys, true
 }
 
+// Levels of the names above a name of the cluster domain at which the
+// kubernetes plugin keeps RFC 8020: when one is NXDOMAIN, so is every name
+// under it. Indices of the keys searchPath.above returns.
+const (
+	aboveService   = iota // SVC.NS.svc.DOMAIN: no such Service, so no endpoint, port or pod hostname under it
+	aboveNamespace        // NS.svc.DOMAIN: no such namespace (an existing one is NODATA)
+	aboveDomain           // L.DOMAIN, L neither svc nor pod: not a name of the plugin at all
+	aboveKeys
+)
+
+// above writes into dst the cache keys, with key's type, class and flags, of
+// the names above key's name at the three levels where an NXDOMAIN from the
+// kubernetes plugin holds for every name under it, and returns them indexed
+// by aboveService … aboveDomain, nil where key's name has no such name
+// above it. Below a Service the plugin does not keep RFC 8020
+// (_tcp.web.NS.svc.DOMAIN is NXDOMAIN, _http._tcp.web.NS.svc.DOMAIN an SRV
+// record), so no deeper name is returned. All are nil for a name outside
+// the cluster domain and for a nil searchPath.
+func (s *searchPath) above(key []byte, dst *[aboveKeys][dnswire.MaxKeyLen]byte) (keys [aboveKeys][]byte) {
+	if s == nil {
+		return keys
+	}
+	name := dnswire.KeyName(key)
+	tail := key[len(name):]
+	head, ok := bytes.CutSuffix(name, s.domain)
+	if !ok || len(head) == 0 {
+		return keys
+	}
+	// The offsets of head's last three labels, the one next to DOMAIN in
+	// off[0].
+	var off [3]int
+	n := 0
+	for o := 0; o < len(head); o += 1 + int(head[o]) {
+		off[2], off[1], off[0] = off[1], off[0], o
+		n++
+		if o+1+int(head[o]) > len(head) {
+			return keys // DOMAIN's wire form matched inside a label
+		}
+	}
+	at := func(i int, from int) []byte {
+		k := append(dst[i][:0], head[from:]...)
+		k = append(k, s.domain...)
+		return append(k, tail...)
+	}
+	last := head[off[0]:]
+	switch {
+	case n < 2:
+	case bytes.Equal(last, s.svc[:4]):
+		if n >= 3 {
+			keys[aboveNamespace] = at(aboveNamespace, off[1])
+		}
+		if n >= 4 {
+			keys[aboveService] = at(aboveService, off[2])
+		}
+	case !bytes.Equal(last, []byte("\x03pod")):
+		keys[aboveDomain] = at(aboveDomain, off[0])
+	}
+	return keys
+}
+
+// deniedBelow writes into dst[:0] an NXDOMAIN answer to q when a name above
+// q's (searchPath.above) is cached NXDOMAIN, and refreshes that name's
+// entry when it is about to expire and has been used, as for any hit. A
+// pod's first try denied so, from the Service level, starts the prefetch of
+// the tries after it (searchPrefetch): the name as it is, which the pod asks
+// once its other tries are denied too, starts at once.
+func (r *Resolver) deniedBelow(dst []byte, q *dnswire.Query, limit int) ([]byte, bool) {
+	var buf [aboveKeys][dnswire.MaxKeyLen]byte
+	key := q.Key()
+	for i, cut := range r.search.above(key, &buf) {
+		if cut == nil {
+			continue
+		}
+		out, res, ok := r.cache.Below(dst, q, cut, limit)
+		if !ok {
+			continue
+		}
+		r.m.deniedBelow.Inc()
+		if res.Prefetch {
+			r.prefetch(cut)
+		}
+		if i == aboveService {
+			r.searchPrefetch(key, nil)
+		}
+		return out, true
+	}
+	return nil, false
+}
+
 // searchPrefetch starts the exchanges of the pod's next two tries after a
 // miss of key whose exchange is first (searchPath.next), unless they are
 // cached or running. Each runs as a flight of its own in the background,
@@ -172,9 +262,16 @@ func (r *Resolver) searchPrefetch(key []byte, first *flight) {
 	if cut || r.cache.Known(keys[tryName]) {
 		r.prefetchKey(keys[tryName])
 	}
+	if cut && r.below {
+		return // the pod's next tries are denied from the cuts (deniedBelow)
+	}
 	second, third := r.prefetchKey(keys[trySvc]), r.prefetchKey(keys[tryDomain])
 	if second == nil || third == nil {
 		return
+	}
+	waits := []*flight{second, third}
+	if first != nil {
+		waits = append(waits, first)
 	}
 	later := [][]byte{bytes.Clone(keys[tryName])}
 	if !cut {
@@ -183,7 +280,7 @@ func (r *Resolver) searchPrefetch(key []byte, first *flight) {
 		}
 	}
 	r.background(func() {
-		for _, f := range []*flight{first, second, third} {
+		for _, f := range waits {
 			select {
 			case <-f.done:
 			case <-r.ctx.Done():

@@ -167,6 +167,7 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- $f = append $f (list "prefetch" (int64 $c.prefetchHits | toString)) -}}
 {{- $f = append $f (list "cluster-domain" .Values.clusterDomain) -}}
 {{- $f = append $f (list "search-prefetch" (toString $c.searchPrefetch)) -}}
+{{- $f = append $f (list "deny-below-nxdomain" (toString $c.denyBelowNXDOMAIN)) -}}
 {{- $s := list -}}
 {{- range $f -}}
 {{- $s = append $s (list (index . 0) (printf "NODEDNS_%s" (index . 0 | upper | replace "-" "_")) (index . 1)) -}}
