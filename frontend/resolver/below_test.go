@@ -23,7 +23,7 @@ func TestSearchPathAbove(t *testing.T) {
 		{"web.team-a.svc.cluster.local.", [aboveKeys]string{"", "team-a.svc.cluster.local.", ""}},
 		{"team-a.svc.cluster.local.", [aboveKeys]string{}},
 		{"svc.cluster.local.", [aboveKeys]string{}},
-		{"net.cluster.local.", [aboveKeys]string{}},                // nothing between it and the domain
+		{"net.cluster.local.", [aboveKeys]string{}},                 // nothing between it and the domain
 		{"10-0-0-1.team-a.pod.cluster.local.", [aboveKeys]string{}}, // pod.DOMAIN is NODATA: no level
 		{"a.b.example.com.", [aboveKeys]string{}},
 		{"a.b.xcluster.local.", [aboveKeys]string{}},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -479,13 +480,16 @@ func TestSearchPrefetchCutKeepsClusterNames(t *testing.T) {
 	}
 }
 
-// delayed answers with answer after d, as a backend a round trip away.
+// delayed answers with answer after d, as a backend a round trip away,
+// and counts the exchanges.
 type delayed struct {
 	d      time.Duration
 	answer func(m *dns.Msg) (*dns.Msg, error)
+	n      *atomic.Int64
 }
 
 func (x delayed) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	x.n.Add(1)
 	time.Sleep(x.d)
 	return x.answer(m)
 }
@@ -493,19 +497,26 @@ func (x delayed) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 // BenchmarkSearchWalk times a pod's walk of a name never asked before,
 // through its search path and then as it is, one query after the other,
 // against a backend 1ms away: under a last label whose cuts are cached
-// (a random name under .net after one lookup there) and under a new last
-// label each time (no cuts: the name waits for the three denials). The
-// first costs about one round trip, the second two.
+// (a random name under .net after one lookup there), with and without
+// the denial of the tries from the cuts, and under a new last label each
+// time (no cuts: the name waits for the three denials). The first two
+// cost about one round trip, the third two; exchanges/op is the backend's
+// work per walk.
 func BenchmarkSearchWalk(b *testing.B) {
 	for _, bb := range []struct {
 		name string
+		deny bool
 		last func(i int) string
 	}{
-		{"cuts-cached", func(int) string { return "net" }},
-		{"new-label", func(i int) string { return fmt.Sprintf("tld%d", i) }},
+		{"cuts-cached", true, func(int) string { return "net" }},
+		{"cuts-cached-no-deny", false, func(int) string { return "net" }},
+		{"new-label", true, func(i int) string { return fmt.Sprintf("tld%d", i) }},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
-			r, _ := newResolver(b, DefaultConfig(), delayed{time.Millisecond, nxdomain(b)}, nil)
+			cfg := DefaultConfig()
+			cfg.DenyBelowNXDOMAIN = bb.deny
+			var n atomic.Int64
+			r, _ := newResolver(b, cfg, delayed{time.Millisecond, nxdomain(b), &n}, nil)
 			walk := func(i int) {
 				name := fmt.Sprintf("r%d.example.%s", i, bb.last(i))
 				for _, q := range []string{".team-a.svc.cluster.local.", ".svc.cluster.local.", ".cluster.local.", "."} {
@@ -514,12 +525,14 @@ func BenchmarkSearchWalk(b *testing.B) {
 			}
 			walk(-1)
 			r.wg.Wait()
+			n.Store(0)
 			b.ResetTimer()
 			for i := range b.N {
 				walk(i)
 			}
 			b.StopTimer()
 			r.wg.Wait()
+			b.ReportMetric(float64(n.Load())/float64(b.N), "exchanges/op")
 		})
 	}
 }
