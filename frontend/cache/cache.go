@@ -211,36 +211,22 @@ func (c *Cache) hit(s *shard, e *Entry, now int64, stale bool) Result {
 // Below writes into dst[:0] an NXDOMAIN answer to q made from the fresh
 // NXDOMAIN entry of cut, the key of a name above q's with q's type, class
 // and flags: a name that does not exist has nothing under it (RFC 8020).
-// The answer is the cut's, for q's question, with its TTLs aged, so it
-// lasts no longer than the cut's entry; it is not stored. The hit is the
-// cut's (Result.Prefetch asks for a refresh of cut). ok is false when cut
-// has no such entry, or the answer cannot be made.
+// The answer is the cut's records for q's question, TTLs aged, so it lasts
+// no longer than the cut's entry; it is not stored. The hit is the cut's
+// (Result.Prefetch asks for a refresh of cut). ok is false when cut has no
+// such entry. Like Get, it does not allocate.
 func (c *Cache) Below(dst []byte, q *dnswire.Query, cut []byte, limit int) (resp []byte, res Result, ok bool) {
 	s, h := c.shard(cut)
 	now := c.now()
 	s.mu.Lock()
 	e := s.lookup(h, cut)
-	if e == nil || e.kind != Denial || now >= e.expiry || e.rcode() != dns.RcodeNameError {
+	if e == nil || e.kind != Denial || now >= e.expiry || e.rcode() != dns.RcodeNameError || e.answers() != 0 {
 		s.mu.Unlock()
 		return dst, Result{}, false
 	}
 	res = c.hit(s, e, now, false)
 	s.mu.Unlock()
-
-	var m dns.Msg
-	if err := m.Unpack(e.msg()); err != nil {
-		return dst, res, false // packed and checked by build: not expected
-	}
-	a := age(now, e.stored)
-	for _, rr := range append(m.Ns, m.Extra...) {
-		h := rr.Header()
-		h.Ttl -= min(h.Ttl, a)
-	}
-	d, err := c.build(q.Key(), &m, now)
-	if err != nil {
-		return dst, res, false
-	}
-	return d.write(dst, q, 0, false, limit), res, true
+	return e.writeBelow(dst, q, age(now, e.stored), limit), res, true
 }
 
 // Fresh reports whether key has an answer Get would serve without a miss,

@@ -58,6 +58,9 @@ func (e *Entry) ttlOffsets() []byte { return e.data[len(e.data)-2*int(e.nTTL):] 
 // rcode returns the answer's RCODE (its header's low four bits).
 func (e *Entry) rcode() int { return int(e.msg()[3] & 0x0f) }
 
+// answers returns the answer's ANCOUNT.
+func (e *Entry) answers() int { return int(binary.BigEndian.Uint16(e.msg()[6:])) }
+
 // Kind reports what the entry holds.
 func (e *Entry) Kind() Kind { return e.kind }
 
@@ -69,6 +72,28 @@ func (e *Entry) Kind() Kind { return e.kind }
 func (e *Entry) write(dst []byte, q *dnswire.Query, age uint32, stale bool, limit int) []byte {
 	msg := e.msg()
 	dst = append(dst[:0], msg...)
+	// The question case as sent (the key holds it lowercased). Names in the
+	// records that point at the question follow it.
+	copy(dst[dnswire.HeaderLen:], q.Name)
+	return e.patch(dst, q, 0, age, stale, limit)
+}
+
+// writeBelow appends to dst[:0] the entry, an NXDOMAIN packed without
+// compression (build), as the answer to q, whose name lies under the
+// entry's: its header and records with q's question, patched as by write.
+func (e *Entry) writeBelow(dst []byte, q *dnswire.Query, age uint32, limit int) []byte {
+	msg := e.msg()
+	qend := dnswire.HeaderLen + len(dnswire.KeyName(e.key()))
+	dst = append(dst[:0], msg[:dnswire.HeaderLen]...)
+	dst = append(dst, q.Name...)
+	dst = append(dst, msg[qend:]...)
+	return e.patch(dst, q, len(q.Name)+dnswire.HeaderLen-qend, age, false, limit)
+}
+
+// patch finishes in dst the answer to q copied from the entry's message,
+// with its records shift bytes further on than in the message.
+func (e *Entry) patch(dst []byte, q *dnswire.Query, shift int, age uint32, stale bool, limit int) []byte {
+	msg := e.msg()
 	dst[0], dst[1] = byte(q.ID>>8), byte(q.ID)
 	// QR, AA and TC from the answer (only an uncached answer can have TC);
 	// RD from the query (RFC 1035 §4.1.1).
@@ -80,9 +105,6 @@ func (e *Entry) write(dst []byte, q *dnswire.Query, age uint32, stale bool, limi
 		b3 |= msg[3] & 0x20
 	}
 	dst[3] = b3
-	// The question case as sent (the key holds it lowercased). Names in the
-	// records that point at the question follow it.
-	copy(dst[dnswire.HeaderLen:], q.Name)
 	for offs := e.ttlOffsets(); len(offs) >= 2; offs = offs[2:] {
 		off := binary.BigEndian.Uint16(offs)
 		t := binary.BigEndian.Uint32(msg[off:])
@@ -94,7 +116,7 @@ func (e *Entry) write(dst []byte, q *dnswire.Query, age uint32, stale bool, limi
 		default:
 			t = 0
 		}
-		binary.BigEndian.PutUint32(dst[off:], t)
+		binary.BigEndian.PutUint32(dst[int(off)+shift:], t)
 	}
 	size := len(dst)
 	if q.HasOPT {

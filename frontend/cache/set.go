@@ -51,7 +51,10 @@ func (c *Cache) build(key []byte, resp *dns.Msg, now int64) (*Entry, error) {
 	m.Id = 0
 	m.Response = true
 	m.Opcode = dns.OpcodeQuery
-	m.Compress = true
+	// An NXDOMAIN without answer records is packed without compression,
+	// so that its records carry over as they are to the denial of a name
+	// under it (Cache.Below), whose question is longer.
+	m.Compress = !nxdomainOnly(resp)
 	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: qclass}}
 	if hasOPT(resp.Extra) {
 		m.Extra = make([]dns.RR, 0, len(resp.Extra)-1)
@@ -121,6 +124,9 @@ func (c *Cache) build(key []byte, resp *dns.Msg, now int64) (*Entry, error) {
 	}
 	return e, nil
 }
+
+// nxdomainOnly reports whether m is an NXDOMAIN without answer records.
+func nxdomainOnly(m *dns.Msg) bool { return m.Rcode == dns.RcodeNameError && len(m.Answer) == 0 }
 
 // maxTTL is the largest TTL (RFC 2181 §8).
 const maxTTL = 1<<31 - 1

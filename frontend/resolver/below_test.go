@@ -118,6 +118,15 @@ func TestDenyBelowNXDOMAIN(t *testing.T) {
 		if want := []uint32{3, 3, 3}; !slices.Equal(ttls[:3], want) {
 			t.Errorf("on: SOA TTLs of the denied tries %v, want %v (the cuts' remaining)", ttls[:3], want)
 		}
+		// A denial costs what a hit costs: no allocation.
+		req, out := pack(t, "rnd9.example.net.svc.cluster.local.", dns.TypeA, nil), buf()
+		if n := testing.AllocsPerRun(100, func() {
+			if _, ok := r.ServeFast(out, req, server.UDP); !ok {
+				t.Fatal("denial below the cut not answered by ServeFast")
+			}
+		}); n != 0 {
+			t.Errorf("on: a denial below a cut allocates %v times", n)
+		}
 		// Once the cuts expire, the tries are the backend's again.
 		clk.Advance(4 * time.Second)
 		if _, hit := serve(t, r, pack(t, "rnd3.example.net.team-a.svc.cluster.local.", dns.TypeA, nil), server.UDP); hit {
