@@ -182,20 +182,19 @@ func (c *Cache) Get(dst []byte, q *dnswire.Query, limit int) ([]byte, Result) {
 		}
 	}
 	res := c.hit(s, e, now, stale)
+	s.st.Hits[min(int(e.kind), 1)]++
 	s.mu.Unlock()
 	return e.write(dst, q, age(now, e.stored), stale, limit), res
 }
 
-// hit records a hit of e, served stale or not, and says whether the caller
-// is to prefetch it. Called with s.mu held.
+// hit moves e up its LRU, served stale or not, and says whether the caller
+// is to prefetch it. Called with s.mu held; the caller counts the hit.
 func (c *Cache) hit(s *shard, e *Entry, now int64, stale bool) Result {
 	res := Result{Hit: true, Stale: stale, Kind: e.kind, Rcode: e.rcode()}
 	if e.kind == Success {
 		s.pos.hit(e)
-		s.st.Hits[0]++
 	} else {
 		s.neg.hit(e)
-		s.st.Hits[1]++
 	}
 	e.hits++
 	// A refresh that failed is not tried again before the recheck time
@@ -214,7 +213,8 @@ func (c *Cache) hit(s *shard, e *Entry, now int64, stale bool) Result {
 // The answer is the cut's records for q's question, TTLs aged, so it lasts
 // no longer than the cut's entry; it is not stored. The hit is the cut's
 // (Result.Prefetch asks for a refresh of cut). ok is false when cut has no
-// such entry. Like Get, it does not allocate.
+// such entry. The query was counted as a miss by Get, its own name having
+// no entry; the cut's entry counts no hit. Like Get, it does not allocate.
 func (c *Cache) Below(dst []byte, q *dnswire.Query, cut []byte, limit int) (resp []byte, res Result, ok bool) {
 	s, h := c.shard(cut)
 	now := c.now()
