@@ -240,8 +240,9 @@ func (r *Resolver) deniedBelow(dst []byte, q *dnswire.Query, limit int) ([]byte,
 }
 
 // searchPrefetch starts the exchanges of the pod's next two tries after a
-// miss of key whose exchange is first (searchPath.next), unless they are
-// cached or running. Each runs as a flight of its own in the background,
+// miss of key whose exchange is first (searchPath.next), or after key was
+// denied from a cut (deniedBelow, first nil), unless they are cached,
+// running, or to be denied from their cuts too. Each runs as a flight of its own in the background,
 // which the pod's query of the name joins (join) and whose answer is
 // stored (fly). Once the three tries are all denied (NXDOMAIN or NODATA),
 // the pod asks the name as it is next, and that exchange starts too: it is
