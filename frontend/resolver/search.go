@@ -194,17 +194,16 @@ func (s *searchPath) above(key []byte, dst *[aboveKeys][dnswire.MaxKeyLen]byte) 
 		k = append(k, s.domain...)
 		return append(k, tail...)
 	}
-	last := head[off[0]:]
-	switch {
+	switch last := string(head[off[0]:]); {
 	case n < 2:
-	case bytes.Equal(last, s.svc[:4]):
+	case last == "\x03svc":
 		if n >= 3 {
 			keys[aboveNamespace] = at(aboveNamespace, off[1])
 		}
 		if n >= 4 {
 			keys[aboveService] = at(aboveService, off[2])
 		}
-	case !bytes.Equal(last, []byte("\x03pod")):
+	case last != "\x03pod":
 		keys[aboveDomain] = at(aboveDomain, off[0])
 	}
 	return keys
