@@ -89,14 +89,6 @@ type config struct {
 	maxInflightPerSource int
 }
 
-// shedDelay maps --shed-delay to server.Config.ShedDelay, whose zero
-// value is the default and negative disables.
-func shedDelay(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
 
 // newFlagSet registers every flag on a new FlagSet that fills cfg. It is
 // the one definition of the frontend's settings: the README's FLAGS section
@@ -130,7 +122,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	durationVar(fs, &cfg.syncInterval, "sync-interval", defaultSyncInterval, "how often the interface and rules are re-applied")
 	fs.StringVar(&cfg.backendReadyURL, "backend-ready-url", defaultBackendReadyURL, "`URL` of the backend's readiness endpoint")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
-	fs.IntVar(&cfg.maxInflight, "max-inflight", server.DefaultMaxInflight, "misses resolved at once; past it queries are answered SERVFAIL")
+	fs.IntVar(&cfg.maxInflight, "max-inflight", server.DefaultMaxInflight, "misses resolved at once; past it queries are answered stale or SERVFAIL; it also bounds the exchanges with the backend, refreshes included")
 	fs.IntVar(&cfg.maxInflightPerSource, "max-inflight-per-source", 0, "misses of one client address resolved at once; past it its queries are answered SERVFAIL; 0 means an eighth of --max-inflight")
 	durationVar(fs, &cfg.shedDelay, "shed-delay", server.DefaultShedDelay, "queue delay that sheds misses: when for 100ms every UDP batch had waited longer than this while 16 or more misses per core were started every 25ms, the limit on misses in flight drops (to 3/4 of those in flight, at least 8) and misses past it are answered stale or SERVFAIL at once, so that cache hits stay fast; 0 disables")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long in-flight queries may take before teardown")

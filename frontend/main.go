@@ -93,7 +93,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	// Test-only (oomtrigger.go): unset, as it is outside tests, it starts nothing.
 	startOOMTrigger(ctx, os.Getenv(oomFileEnv), oomPollInterval, log, allocateUntilKilled)
 
-	pool, err := upstream.New(upstream.Config{Backend: cfg.backend, Fallbacks: cfg.fallbacks}, log, reg)
+	pool, err := upstream.New(upstream.Config{Backend: cfg.backend, Fallbacks: cfg.fallbacks, MaxInflight: cfg.maxInflight}, log, reg)
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		Listen:               cfg.listen,
 		MaxInflight:          cfg.maxInflight,
 		MaxInflightPerSource: cfg.maxInflightPerSource,
-		ShedDelay:            shedDelay(cfg.shedDelay),
+		ShedDelay:            cfg.shedDelay,
 		// The addresses go onto the interface only once the backend is
 		// ready (DESIGN.md, "Lifecycle rules"): bind them before that.
 		FreeBind:  cfg.setupNetwork,

@@ -143,7 +143,7 @@ func (r *Resolver) land(f *flight) {
 	default:
 		err = f.setErr
 	}
-	if err != nil && r.ctx.Err() == nil { // our own shutdown is no backend failure
+	if backendFailed(r.ctx, err) {
 		r.log.Debug("background refresh after serving stale failed", zap.Error(err))
 		r.cache.RefreshFailed(f.key)
 	}

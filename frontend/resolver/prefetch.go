@@ -32,7 +32,7 @@ func (r *Resolver) prefetch(k []byte) {
 		}
 		switch {
 		case err == nil:
-		case r.ctx.Err() != nil: // our own shutdown is no backend failure
+		case !backendFailed(r.ctx, err): // our own shutdown or full pool: the next hit may try again
 			r.cache.PrefetchDone(key)
 		default:
 			r.log.Debug("prefetch failed", zap.Error(err))

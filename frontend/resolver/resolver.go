@@ -179,7 +179,7 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 		if out, stale, ok := r.cache.GetStale(dst[:0], &q, limit); ok {
 			if stale {
 				r.m.servedStale.Inc()
-				if ctx.Err() == nil { // our own shutdown is no backend failure
+				if backendFailed(ctx, err) {
 					r.cache.RefreshFailed(key)
 				}
 			}

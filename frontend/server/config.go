@@ -110,8 +110,11 @@ type Config struct {
 	// below MaxInflight and misses past it are answered by
 	// Handler.Overloaded; it rises again while the queue is under half of
 	// this (shed.go). Not in the first 5s after the start. Cache hits are
-	// never refused. Default: DefaultShedDelay; negative disables
-	// shedding (the delay is still measured).
+	// never refused. 0 disables shedding (the delay is still measured), as
+	// --shed-delay=0 does; the frontend's flag defaults to
+	// DefaultShedDelay. Unlike the other fields, 0 is not "the default":
+	// a zero that meant the default here and "off" on the command line
+	// would have two meanings.
 	ShedDelay time.Duration
 	// shedArmAfter is how long after the start the limit does not drop
 	// (tests shorten it). Default: shedArmAfter.
@@ -184,12 +187,6 @@ func (c Config) withDefaults() Config {
 	if c.shedArmAfter <= 0 {
 		c.shedArmAfter = shedArmAfter
 	}
-	switch {
-	case c.ShedDelay == 0:
-		c.ShedDelay = DefaultShedDelay
-	case c.ShedDelay < 0:
-		c.ShedDelay = 0
-	}
 	return c
 }
 
@@ -213,6 +210,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize > 1024 {
 		return fmt.Errorf("batch size %d: at most 1024 (UIO_MAXIOV)", c.BatchSize)
+	}
+	if c.ShedDelay < 0 {
+		return fmt.Errorf("shed delay %v: must not be negative (0 disables shedding)", c.ShedDelay)
 	}
 	d := c.withDefaults()
 	if c.MaxInflightPerSource > d.MaxInflight {

@@ -355,7 +355,7 @@ func TestShedStandingQueue(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		shed time.Duration
-	}{{"on", 2 * time.Millisecond}, {"off", -1}} {
+	}{{"on", 2 * time.Millisecond}, {"off", 0}} {
 		t.Run(c.name, func(t *testing.T) {
 			h := &costlyHandler{cost: 300 * time.Microsecond, release: make(chan struct{})}
 			s, set := startServer(t, Config{UDPSockets: 1, ShedDelay: c.shed, shedArmAfter: time.Nanosecond}, h)

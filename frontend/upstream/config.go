@@ -24,18 +24,13 @@ const (
 	// first few seconds, until its probes mark it down.
 	DefaultTimeout = forwardTimeout + forwardReadTimeout + 500*time.Millisecond
 	// DefaultMaxInflight bounds concurrent upstream exchanges (after
-	// coalescing), like CoreDNS forward's max_concurrent.
-	DefaultMaxInflight = 1000
-	// DefaultMaxIdleConns bounds the idle connections kept per address. It
-	// is DefaultMaxInflight, the most connections the exchanges in flight
-	// can hold at once (one each), so that a connection is never closed on
-	// its return for want of room: one closed there is dialled again by
-	// the next burst of the same concurrency, and each such churned
-	// connection leaves a socket in TIME_WAIT and, unless NOTRACKed, a
-	// conntrack entry (docs/architecture.md, "Frontend to backend"). What
-	// the traffic no longer uses expires after DefaultIdleTimeout, so the
-	// pool follows the peak concurrency of the last few seconds.
-	DefaultMaxIdleConns = DefaultMaxInflight
+	// coalescing), like CoreDNS forward's max_concurrent. It equals the
+	// server's limit on misses (server.DefaultMaxInflight), and the
+	// frontend sets both from one flag, --max-inflight: the server's bound
+	// counts pods' misses, this one also counts what the frontend asks on
+	// its own (refreshes, search-path prefetch), so that a budget of N
+	// misses is never cut to less by the pool behind it.
+	DefaultMaxInflight = 2000
 	// DefaultIdleTimeout closes a connection left idle this long. It stays
 	// below CoreDNS's TCP idle timeout (10s in core/dnsserver of CoreDNS
 	// v1.15.0, the backend's build), so that the frontend, not the backend,
@@ -83,8 +78,15 @@ type Config struct {
 	// MaxInflight bounds concurrent upstream exchanges; past it Exchange
 	// returns ErrOverloaded at once. Default DefaultMaxInflight.
 	MaxInflight int
-	// MaxIdleConns bounds the idle connections kept per address.
-	// Default DefaultMaxIdleConns.
+	// MaxIdleConns bounds the idle connections kept per address. Default
+	// MaxInflight, the most connections the exchanges in flight can hold
+	// at once (one each), so that a connection is never closed on its
+	// return for want of room: one closed there is dialled again by the
+	// next burst of the same concurrency, and each such churned connection
+	// leaves a socket in TIME_WAIT and, unless NOTRACKed, a conntrack entry
+	// (docs/architecture.md, "Frontend to backend"). What the traffic no
+	// longer uses expires after IdleTimeout, so the pool follows the peak
+	// concurrency of the last few seconds.
 	MaxIdleConns int
 	// IdleTimeout closes connections idle this long. Default DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -113,7 +115,7 @@ func (c Config) withDefaults() Config {
 		c.MaxInflight = DefaultMaxInflight
 	}
 	if c.MaxIdleConns == 0 {
-		c.MaxIdleConns = DefaultMaxIdleConns
+		c.MaxIdleConns = c.MaxInflight
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
