@@ -89,7 +89,6 @@ type config struct {
 	maxInflightPerSource int
 }
 
-
 // newFlagSet registers every flag on a new FlagSet that fills cfg. It is
 // the one definition of the frontend's settings: the README's FLAGS section
 // is checked against it (readme_test.go), and the chart against that
@@ -137,9 +136,10 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	durationVar(fs, &cfg.cache.ServfailTTL, "servfail-ttl", c.ServfailTTL, "how long a backend SERVFAIL is cached (at most 5m); 0 disables")
 	durationVar(fs, &cfg.cache.ServeStale, "serve-stale", c.ServeStale, "how long past expiry an answer may be served when the backend fails (RFC 8767); 0 disables")
 	fs.IntVar(&cfg.cache.PrefetchHits, "prefetch", c.PrefetchHits, "hits that make an entry near expiry refreshed in the background; 0 disables")
-	fs.StringVar(&cfg.clusterDomain, "cluster-domain", defaultClusterDomain, "kubelet's --cluster-domain `DOMAIN`, whose search path --search-prefetch follows")
-	fs.BoolVar(&cfg.searchPrefetch, "search-prefetch", true, "a miss of NAME.NAMESPACE.svc.DOMAIN (NAME of two labels or more) also fetches NAME.svc.DOMAIN and NAME.DOMAIN, a pod's next two tries")
-	fs.BoolVar(&cfg.denyBelow, "deny-below-nxdomain", true, "answer NXDOMAIN from the cache for a name under a Service, namespace or name of DOMAIN cached NXDOMAIN (RFC 8020), without asking the backend; needs --search-prefetch")
+	durationVar(fs, &cfg.cache.ClusterNegativeMaxTTL, "cluster-negative-max-ttl", c.ClusterNegativeMaxTTL, "lower longer TTLs of negative answers for names of --cluster-domain to this, so that a Service, namespace or endpoint created under a name denied is found within it; 0 caches none")
+	fs.StringVar(&cfg.clusterDomain, "cluster-domain", defaultClusterDomain, "kubelet's --cluster-domain `DOMAIN`: the zone the backend answers from the API server, which --search-prefetch, --deny-below-nxdomain and --cluster-negative-max-ttl apply to; empty turns them off")
+	fs.BoolVar(&cfg.searchPrefetch, "search-prefetch", true, "a miss of NAME.NAMESPACE.svc.DOMAIN (NAME of two labels or more) also fetches NAME.svc.DOMAIN and NAME.DOMAIN, a pod's next two tries; NAME itself only when it was asked before")
+	fs.BoolVar(&cfg.denyBelow, "deny-below-nxdomain", true, "answer NXDOMAIN from the cache for a name under a Service, namespace or name of DOMAIN cached NXDOMAIN (RFC 8020), without asking the backend; false where the Corefile serves names of DOMAIN by other plugins or servers")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
 	return fs
 }
@@ -300,9 +300,8 @@ func (d *durationFlag) Set(s string) error {
 // resolverConfig returns the resolver's part of the flags; port names the
 // server in CoreDNS's series.
 func (c config) resolverConfig(port string) resolver.Config {
-	rc := resolver.Config{Cache: c.cache, Server: "dns://:" + port, DenyBelowNXDOMAIN: c.denyBelow}
-	if c.searchPrefetch {
-		rc.ClusterDomain = c.clusterDomain
+	return resolver.Config{
+		Cache: c.cache, Server: "dns://:" + port, ClusterDomain: c.clusterDomain,
+		SearchPrefetch: c.searchPrefetch, DenyBelowNXDOMAIN: c.denyBelow,
 	}
-	return rc
 }

@@ -7,9 +7,10 @@ import (
 	"github.com/miekg/dns"
 )
 
-// TestAbsent: only a fresh NXDOMAIN says a name is absent; NODATA (the
-// name exists, as a namespace's does), a positive answer, a SERVFAIL or an
-// expired NXDOMAIN do not.
+// TestAbsent: only a fresh NXDOMAIN without answer records says a name is
+// absent; NODATA (the name exists, as a namespace's does), a positive
+// answer, a SERVFAIL, an NXDOMAIN after a CNAME (which denies the target,
+// RFC 6604 §2.1) or an expired NXDOMAIN do not. Below agrees with it.
 func TestAbsent(t *testing.T) {
 	clk := newClock()
 	c := newCache(t, DefaultConfig(), clk)
@@ -25,6 +26,7 @@ func TestAbsent(t *testing.T) {
 		{"team-a.svc.cluster.local.", dns.RcodeSuccess, nil, soa, false},
 		{"web.team-a.svc.cluster.local.", dns.RcodeSuccess, rrs(t, "web.team-a.svc.cluster.local. 30 IN A 10.0.0.1"), nil, false},
 		{"broken.svc.cluster.local.", dns.RcodeServerFailure, nil, nil, false},
+		{"alias.svc.cluster.local.", dns.RcodeNameError, rrs(t, "alias.svc.cluster.local. 30 IN CNAME gone.example."), soa, false},
 	} {
 		b := req(t, tt.name, dns.TypeA, nil)
 		key := parse(t, b).Key()
@@ -33,6 +35,10 @@ func TestAbsent(t *testing.T) {
 		}
 		if got := c.Absent(key); got != tt.absent {
 			t.Errorf("%s (rcode %s): Absent %v, want %v", tt.name, dns.RcodeToString[tt.rcode], got, tt.absent)
+		}
+		under := parse(t, req(t, "x."+tt.name, dns.TypeA, nil))
+		if _, _, ok := c.Below(buf(), under, key, 512); ok != tt.absent {
+			t.Errorf("%s (rcode %s): Below %v, Absent %v", tt.name, dns.RcodeToString[tt.rcode], ok, tt.absent)
 		}
 	}
 	key := parse(t, req(t, "net.svc.cluster.local.", dns.TypeA, nil)).Key()

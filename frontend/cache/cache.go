@@ -81,6 +81,9 @@ func New(cfg Config, now func() time.Time) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.ClusterDomain != "" {
+		cfg.ClusterDomain = dns.Fqdn(cfg.ClusterDomain) // dns.IsSubDomain compares FQDNs
+	}
 	n := maxShards
 	for n > 1 && cfg.Size/n < minShardSize {
 		n /= 2
@@ -220,7 +223,7 @@ func (c *Cache) Below(dst []byte, q *dnswire.Query, cut []byte, limit int) (resp
 	now := c.now()
 	s.mu.Lock()
 	e := s.lookup(h, cut)
-	if e == nil || e.kind != Denial || now >= e.expiry || e.rcode() != dns.RcodeNameError || e.answers() != 0 {
+	if e == nil || !e.absent(now) {
 		s.mu.Unlock()
 		return dst, Result{}, false
 	}
@@ -242,13 +245,19 @@ func (c *Cache) Known(key []byte) bool {
 	return c.peek(key, func(e *Entry, now int64) bool { return e.kind != ServFail && now < e.staleT })
 }
 
-// Absent reports whether key has a fresh NXDOMAIN entry: its name does
-// not exist, nor does any name under it (RFC 8020). Like Fresh, it counts
-// no lookup and leaves the LRU as it is.
+// Absent reports whether key has an entry that says, fresh, that its name
+// does not exist (Entry.absent), the entry Below denies names under. Like
+// Fresh, it counts no lookup and leaves the LRU as it is.
 func (c *Cache) Absent(key []byte) bool {
-	return c.peek(key, func(e *Entry, now int64) bool {
-		return e.kind == Denial && now < e.expiry && e.rcode() == dns.RcodeNameError
-	})
+	return key != nil && c.peek(key, (*Entry).absent)
+}
+
+// absent reports whether e says at now that its name does not exist, nor
+// any name under it (RFC 8020): a fresh NXDOMAIN without answer records.
+// An NXDOMAIN after a CNAME chain denies the chain's last target, not the
+// name asked (RFC 6604 §2.1), so it does not count.
+func (e *Entry) absent(now int64) bool {
+	return e.kind == Denial && now < e.expiry && e.rcode() == dns.RcodeNameError && e.answers() == 0
 }
 
 // peek reports whether key has an entry for which ok holds at now, under

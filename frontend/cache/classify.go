@@ -22,6 +22,9 @@ func (c *Cache) classify(m *dns.Msg) (Kind, uint32) {
 		for _, rr := range m.Ns {
 			if soa, ok := rr.(*dns.SOA); ok {
 				t := min(soa.Hdr.Ttl, soa.Minttl, secs(c.cfg.NegativeMaxTTL))
+				if c.cfg.ClusterDomain != "" && dns.IsSubDomain(c.cfg.ClusterDomain, m.Question[0].Name) {
+					t = min(t, secs(c.cfg.ClusterNegativeMaxTTL))
+				}
 				return Denial, max(t, secs(c.cfg.MinTTL))
 			}
 		}

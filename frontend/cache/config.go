@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 // StaleTTL caps the TTLs of an answer served stale (RFC 8767 §4: 30 seconds).
@@ -32,6 +34,18 @@ type Config struct {
 	// NegativeMaxTTL lowers the TTL of negative answers, which is otherwise
 	// min(SOA TTL, SOA MINIMUM) (RFC 2308 §5). Default 30m.
 	NegativeMaxTTL time.Duration
+	// ClusterNegativeMaxTTL lowers further the TTL of negative answers for
+	// names at or under ClusterDomain, which the backend answers from the
+	// API server's objects: a Service, namespace or endpoint created under
+	// a name denied is then found within this time, however the denial came
+	// to be cached (asked by a pod, prefetched, or a cut that denies the
+	// names under it, RFC 8020). NodeLocal DNSCache keeps the cluster
+	// domain's denials as long. Default 5s; 0 caches none of them.
+	ClusterNegativeMaxTTL time.Duration
+	// ClusterDomain is the zone ClusterNegativeMaxTTL applies to, a domain
+	// name ("cluster.local"); empty: none. The resolver sets it from its
+	// own ClusterDomain.
+	ClusterDomain string
 	// ServfailTTL is how long a SERVFAIL from the backend is cached
 	// (RFC 2308 §7.1 allows up to 5 minutes). Default 5s; 0 disables.
 	ServfailTTL time.Duration
@@ -47,15 +61,16 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
 	return Config{
-		Size:           10000,
-		NegativeSize:   2500,
-		MaxEntrySize:   1232,
-		MinTTL:         0,
-		MaxTTL:         time.Hour,
-		NegativeMaxTTL: 30 * time.Minute,
-		ServfailTTL:    5 * time.Second,
-		ServeStale:     time.Hour,
-		PrefetchHits:   2,
+		Size:                  10000,
+		NegativeSize:          2500,
+		MaxEntrySize:          1232,
+		MinTTL:                0,
+		MaxTTL:                time.Hour,
+		NegativeMaxTTL:        30 * time.Minute,
+		ClusterNegativeMaxTTL: 5 * time.Second,
+		ServfailTTL:           5 * time.Second,
+		ServeStale:            time.Hour,
+		PrefetchHits:          2,
 	}
 }
 
@@ -74,7 +89,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"min TTL", c.MinTTL}, {"max TTL", c.MaxTTL}, {"negative max TTL", c.NegativeMaxTTL}, {"SERVFAIL TTL", c.ServfailTTL}, {"serve-stale", c.ServeStale}} {
+	}{{"min TTL", c.MinTTL}, {"max TTL", c.MaxTTL}, {"negative max TTL", c.NegativeMaxTTL}, {"cluster negative max TTL", c.ClusterNegativeMaxTTL}, {"SERVFAIL TTL", c.ServfailTTL}, {"serve-stale", c.ServeStale}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %v: must not be negative", d.name, d.v))
 		}
@@ -84,6 +99,9 @@ func (c Config) Validate() error {
 		if d.v > 1<<31*time.Second {
 			errs = append(errs, fmt.Errorf("%s %v: over the 2^31 s TTL limit (RFC 2181 §8)", d.name, d.v))
 		}
+	}
+	if _, ok := dns.IsDomainName(c.ClusterDomain); c.ClusterDomain != "" && !ok {
+		errs = append(errs, fmt.Errorf("cluster domain %q: not a domain name", c.ClusterDomain))
 	}
 	if c.MaxTTL < c.MinTTL {
 		errs = append(errs, fmt.Errorf("max TTL %v is below min TTL %v", c.MaxTTL, c.MinTTL))

@@ -27,6 +27,11 @@ func TestSearchPathAbove(t *testing.T) {
 		{"10-0-0-1.team-a.pod.cluster.local.", [aboveKeys]string{}}, // pod.DOMAIN is NODATA: no level
 		{"a.b.example.com.", [aboveKeys]string{}},
 		{"a.b.xcluster.local.", [aboveKeys]string{}},
+		// ns.dns.DOMAIN has A records while dns.DOMAIN is NXDOMAIN: the
+		// plugin breaks RFC 8020 there, so dns is no level.
+		{"ns.dns.cluster.local.", [aboveKeys]string{}},
+		{"x.ns.dns.cluster.local.", [aboveKeys]string{}},
+		{"ns.dnsx.cluster.local.", [aboveKeys]string{"", "", "dnsx.cluster.local."}},
 	}
 	s, err := newSearchPath("cluster.local")
 	if err != nil {

@@ -47,10 +47,14 @@ type Resolver struct {
 	cache  *cache.Cache // always non-nil
 	ex     Exchanger    // always non-nil
 	shared func()       // called for each miss that joins a running flight; always non-nil
-	search *searchPath  // nil: no search-path prefetch
-	below  bool         // deny names under a cached NXDOMAIN (Config.DenyBelowNXDOMAIN)
+	search *searchPath  // the cluster domain's names; nil without Config.ClusterDomain
 	log    *zap.Logger
 	m      *metrics
+
+	// searchPrefetchOn follows the search path (Config.SearchPrefetch);
+	// below denies names under a cached NXDOMAIN (Config.DenyBelowNXDOMAIN).
+	// Both are false with a nil search.
+	searchPrefetchOn, below bool
 
 	ctx     context.Context // cancelled by Close; bounds flights and prefetches
 	cancel  context.CancelFunc
@@ -72,6 +76,7 @@ func New(cfg Config, ex Exchanger, set *vm.Set, log *zap.Logger, now func() time
 	if ex == nil {
 		return nil, errors.New("resolver: nil Exchanger")
 	}
+	cfg.Cache.ClusterDomain = cfg.ClusterDomain
 	c, err := cache.New(cfg.Cache, now)
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
@@ -89,7 +94,8 @@ func New(cfg Config, ex Exchanger, set *vm.Set, log *zap.Logger, now func() time
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Resolver{
-		cfg: cfg, cache: c, ex: ex, shared: shared, search: search, below: search != nil && cfg.DenyBelowNXDOMAIN, log: log.Named("resolver"),
+		cfg: cfg, cache: c, ex: ex, shared: shared, log: log.Named("resolver"),
+		search: search, searchPrefetchOn: search != nil && cfg.SearchPrefetch, below: search != nil && cfg.DenyBelowNXDOMAIN,
 		m:   newMetrics(set, cfg.Server, c),
 		ctx: ctx, cancel: cancel, flights: make(map[string]*flight),
 	}, nil

@@ -17,50 +17,48 @@ import (
 // A pod's resolv.conf from kubelet has "search NS.svc.DOMAIN svc.DOMAIN
 // DOMAIN" and ndots:5, so a name with fewer than five dots is tried in each
 // search domain in turn before it is tried as it is, each try waiting for
-// the NXDOMAIN of the one before: a name that is not a Service, say an
-// external name or one that does not exist, costs four round trips. When
-// such a try misses the cache, its answer comes from the backend, and the
-// pod's next tries will too. So a miss of NAME.NS.svc.DOMAIN also starts
-// the exchanges of NAME.svc.DOMAIN and NAME.DOMAIN (same type, class and
-// DO and CD bits), in the background, as a prefetch, and once all three
-// are denied, that of NAME itself, which the pod asks next: the pod's next
-// tries find them cached, or join them while they run, and its lookup
-// waits for about one round trip to the backend and one upstream instead
-// of three and one after them. Each answer is the backend's own for the
-// name asked, stored and served as any other; only the time it is asked
-// changes.
+// the NXDOMAIN of the one before. So a miss of NAME.NS.svc.DOMAIN also
+// starts the exchanges of NAME.svc.DOMAIN and NAME.DOMAIN (same type, class
+// and DO and CD bits), in the background: the pod's next tries find them
+// cached, or join them while they run. Each answer is the backend's own for
+// the name asked, stored and served as any other; only the time it is
+// asked changes.
 //
-// A name that pods asked as it is before, whose entry is still in the
-// cache but expired (within the serve-stale window), has its exchange
-// started at once with the other two: the search path denied it last time,
-// and waiting for the three denials again would put its upstream round
-// trip after the backend's one. An external name that pods look up now and
-// then, with its entries expired in between, then costs one round trip
-// instead of two.
+// Only names of the cluster domain are asked so. The kubernetes plugin
+// answers them from memory, and nothing of them goes upstream (a Corefile
+// that forwards part of the cluster domain elsewhere turns this off: the
+// chart passes --search-prefetch=false then). A name outside the cluster
+// domain is asked only when a client asks it, or asked it before (its
+// entry is known to the cache, Cache.Known): then NAME is started with the
+// tries, since the search path denied it last time and its upstream round
+// trip would otherwise wait for the three denials. It is never guessed: a
+// miss of NAME.NS.svc.DOMAIN with a NAME of two labels has five dots, so it
+// may be a pod's first try of NAME, but it may just as well be a name asked
+// as it is (glibc and musl ask a name of five dots as it is first, musl
+// only as it is), whose client never asks NAME: pod-0.db.NS.svc.DOMAIN of
+// a StatefulSet, or _http._tcp.web.NS.svc.DOMAIN. Sending NAME upstream
+// then would send out a name no pod asked.
 //
-// A name never asked before, a random one say, under a last label L whose
-// three cuts L.NS.svc.DOMAIN, L.svc.DOMAIN and L.DOMAIN are cached
-// NXDOMAIN, has its exchange started at once too: its three tries lie
-// under those names, and a name that does not exist has nothing under it
-// (RFC 8020, which the kubernetes plugin keeps: a namespace, or the
-// svc.DOMAIN above every one, is NODATA, not NXDOMAIN), so the pod is sure
-// to ask it. The cuts are fetched after a walk under L has been denied,
-// when not cached: three small lookups per last label (com, net, io …) and
-// negative TTL. Search-path prefetch changes only when to ask, never what
-// is answered; with Config.DenyBelowNXDOMAIN the cuts also answer the
-// tries under them (deniedBelow), and the backend is asked none of them.
+// With Config.DenyBelowNXDOMAIN, the tries are answered from the names
+// above them instead when those are cached NXDOMAIN (deniedBelow), and the
+// backend is asked none of them. After a walk whose tries were all denied,
+// the names above the tries (searchPath.above of each, the "cuts": for
+// x.example.net they are net.NS.svc.DOMAIN, net.svc.DOMAIN and
+// net.DOMAIN) are fetched when not cached, so that the next walk under the
+// same last label (com, net, io ...) is denied from the cache. They are
+// names of the cluster domain too, and their denials are kept at most
+// --cluster-negative-max-ttl (cache.Config.ClusterNegativeMaxTTL, 5s), so
+// a Service, namespace or endpoint created under a cut is found within
+// that time even by a name never asked before.
 //
-// What it costs: two more lookups in the backend's own zone (the kubernetes
-// plugin answers them from memory, nothing goes upstream), and two more
+// What it costs: two more lookups in the backend's own zone, and two more
 // cache entries, usually negative, when the pod's first try was the answer;
-// after a walk denied, up to three more for the cuts.
-// Nothing goes upstream that the pod would not ask, but for a name asked
-// upstream before that has since become a name of the cluster.
-// To keep that rare, a NAME of one label, the usual short Service name
-// whose first try is the answer, starts nothing. And it never adds load to
-// a busy backend: it starts nothing while searchPrefetchBelow exchanges or
-// more are running, so a flood of misses, whatever their names, gets no
-// more exchanges than it asked for.
+// after a walk denied, up to three more for the cuts. To keep that rare, a
+// NAME of one label, the usual short Service name whose first try is the
+// answer, starts nothing. And it never adds load to a busy backend: it
+// starts nothing while searchPrefetchBelow exchanges or more are running,
+// so a flood of misses, whatever their names, gets no more exchanges than
+// it asked for.
 
 // searchPrefetchBelow is the number of running exchanges (flights) at or
 // above which a miss starts no search-path prefetch.
@@ -92,61 +90,75 @@ func newSearchPath(domain string) (*searchPath, error) {
 	return &searchPath{domain: wire, svc: append([]byte("\x03svc"), wire...)}, nil
 }
 
+// clusterName is a cache key's name read against the cluster domain: the
+// one walk over its labels that both searchPath.next and searchPath.above
+// read.
+type clusterName struct {
+	head []byte // the labels left of DOMAIN, wire form; nil: not under DOMAIN
+	tail []byte // the key's type, class and flags
+	n    int    // labels in head
+	// off[i] is the offset in head of its (i+1)th label from the right:
+	// off[0] the one next to DOMAIN. Valid for i < min(n, len(off)).
+	off [4]int
+}
+
+// parse walks key's name; head is nil for a name outside the cluster
+// domain (or DOMAIN itself), and for a nil searchPath.
+func (s *searchPath) parse(key []byte) (c clusterName) {
+	if s == nil {
+		return c
+	}
+	name := dnswire.KeyName(key)
+	c.tail = key[len(name):]
+	head, ok := bytes.CutSuffix(name, s.domain)
+	if !ok || len(head) == 0 {
+		return c
+	}
+	for o := 0; o < len(head); o += 1 + int(head[o]) {
+		if head[o] == 0 || o+1+int(head[o]) > len(head) {
+			return c // DOMAIN's wire form matched inside a label
+		}
+		copy(c.off[1:], c.off[:len(c.off)-1])
+		c.off[0] = o
+		c.n++
+	}
+	c.head = head
+	return c
+}
+
+// last returns the label next to DOMAIN, with its length byte ("\x03svc").
+func (c *clusterName) last() string { return string(c.head[c.off[0]:]) }
+
+// key writes into dst the cache key of head[from:to] followed by suffix
+// and c's tail.
+func (c *clusterName) key(dst *[dnswire.MaxKeyLen]byte, from, to int, suffix []byte) []byte {
+	k := append(dst[:0], c.head[from:to]...)
+	k = append(k, suffix...)
+	return append(k, c.tail...)
+}
+
 // Indices of the keys searchPath.next returns.
 const (
 	trySvc    = iota // NAME.svc.DOMAIN, the pod's second try
 	tryDomain        // NAME.DOMAIN, its third
 	tryName          // NAME, asked as it is last
-	cutNS            // L.NS.svc.DOMAIN, L being NAME's last label
-	cutSvc           // L.svc.DOMAIN
-	cutDomain        // L.DOMAIN
 	searchKeys
 )
 
 // next writes into dst the cache keys of the three tries a pod makes after
 // key when key's name is NAME.NS.svc.DOMAIN with a NAME of two labels or
-// more, and those of the three names above the tries (the cuts, below),
-// and returns them, indexed by trySvc … cutDomain; ok is false for any
-// other key, and for a nil searchPath (prefetch off). dst's arrays are the
-// caller's, so that a miss allocates nothing here.
-//
-// Each of the pod's three tries lies under one cut: NAME.NS.svc.DOMAIN
-// under L.NS.svc.DOMAIN, NAME.svc.DOMAIN under L.svc.DOMAIN, NAME.DOMAIN
-// under L.DOMAIN. A name that does not exist has nothing under it (RFC
-// 8020), so when the three cuts are NXDOMAIN, so are the three tries.
+// more, and returns them, indexed by trySvc … tryName; ok is false for any
+// other key, and for a nil searchPath. dst's arrays are the caller's, so
+// that a miss allocates nothing here.
 func (s *searchPath) next(key []byte, dst *[searchKeys][dnswire.MaxKeyLen]byte) (keys [searchKeys][]byte, ok bool) {
-	if s == nil {
+	c := s.parse(key)
+	if c.head == nil || c.n < 4 || c.last() != "\x03svc" { // NAME (2+), NS, svc
 		return keys, false
 	}
-	name := dnswire.KeyName(key)
-	tail := key[len(name):] // type, class, flags
-	head, ok := bytes.CutSuffix(name, s.svc)
-	if !ok {
-		return keys, false
-	}
-	// head is NAME's labels then NS's, in wire form.
-	labels, prev, last := 0, -1, -1
-	for off := 0; off < len(head); off += 1 + int(head[off]) {
-		labels, prev, last = labels+1, last, off
-	}
-	if labels < 3 { // NS and a NAME of at least two labels
-		return keys, false
-	}
-	nameLabels, l := head[:last], head[prev:last]
-	for i, parts := range [searchKeys][3][]byte{
-		trySvc:    {nameLabels, s.svc},
-		tryDomain: {nameLabels, s.domain},
-		tryName:   {nameLabels, []byte{0}},
-		cutNS:     {head[prev:], s.svc},
-		cutSvc:    {l, s.svc},
-		cutDomain: {l, s.domain},
-	} {
-		k := dst[i][:0]
-		for _, p := range parts {
-			k = append(k, p...)
-		}
-		keys[i] = append(k, tail...)
-	}
+	name := c.off[1] // NAME is head[:name]
+	keys[trySvc] = c.key(&dst[trySvc], 0, name, s.svc)
+	keys[tryDomain] = c.key(&dst[tryDomain], 0, name, s.domain)
+	keys[tryName] = c.key(&dst[tryName], 0, name, []byte{0})
 	return keys, true
 }
 
@@ -156,9 +168,16 @@ func (s *searchPath) next(key []byte, dst *[searchKeys][dnswire.MaxKeyLen]byte) 
 const (
 	aboveService   = iota // SVC.NS.svc.DOMAIN: no such Service, so no endpoint, port or pod hostname under it
 	aboveNamespace        // NS.svc.DOMAIN: no such namespace (an existing one is NODATA)
-	aboveDomain           // L.DOMAIN, L neither svc nor pod: not a name of the plugin at all
+	aboveDomain           // L.DOMAIN, L none of the plugin's own labels (notUnderDomain)
 	aboveKeys
 )
+
+// notDeniedBelow are the labels next to DOMAIN under which the kubernetes
+// plugin answers names although it denies the label's own name, or whose
+// subtree it answers by other rules: svc and pod (a namespace's names),
+// and dns, because ns.dns.DOMAIN has A records while dns.DOMAIN is
+// NXDOMAIN (the plugin's own break of RFC 8020).
+var notDeniedBelow = map[string]bool{"\x03svc": true, "\x03pod": true, "\x03dns": true}
 
 // above writes into dst the cache keys, with key's type, class and flags, of
 // the names above key's name at the three levels where an NXDOMAIN from the
@@ -169,42 +188,18 @@ const (
 // record), so no deeper name is returned. All are nil for a name outside
 // the cluster domain and for a nil searchPath.
 func (s *searchPath) above(key []byte, dst *[aboveKeys][dnswire.MaxKeyLen]byte) (keys [aboveKeys][]byte) {
-	if s == nil {
-		return keys
-	}
-	name := dnswire.KeyName(key)
-	tail := key[len(name):]
-	head, ok := bytes.CutSuffix(name, s.domain)
-	if !ok || len(head) == 0 {
-		return keys
-	}
-	// The offsets of head's last three labels, the one next to DOMAIN in
-	// off[0].
-	var off [3]int
-	n := 0
-	for o := 0; o < len(head); o += 1 + int(head[o]) {
-		off[2], off[1], off[0] = off[1], off[0], o
-		n++
-		if o+1+int(head[o]) > len(head) {
-			return keys // DOMAIN's wire form matched inside a label
+	c := s.parse(key)
+	switch {
+	case c.head == nil || c.n < 2:
+	case c.last() == "\x03svc":
+		if c.n >= 3 {
+			keys[aboveNamespace] = c.key(&dst[aboveNamespace], c.off[1], len(c.head), s.domain)
 		}
-	}
-	at := func(i int, from int) []byte {
-		k := append(dst[i][:0], head[from:]...)
-		k = append(k, s.domain...)
-		return append(k, tail...)
-	}
-	switch last := string(head[off[0]:]); {
-	case n < 2:
-	case last == "\x03svc":
-		if n >= 3 {
-			keys[aboveNamespace] = at(aboveNamespace, off[1])
+		if c.n >= 4 {
+			keys[aboveService] = c.key(&dst[aboveService], c.off[2], len(c.head), s.domain)
 		}
-		if n >= 4 {
-			keys[aboveService] = at(aboveService, off[2])
-		}
-	case last != "\x03pod":
-		keys[aboveDomain] = at(aboveDomain, off[0])
+	case !notDeniedBelow[c.last()]:
+		keys[aboveDomain] = c.key(&dst[aboveDomain], c.off[0], len(c.head), s.domain)
 	}
 	return keys
 }
@@ -241,41 +236,49 @@ func (r *Resolver) deniedBelow(dst []byte, q *dnswire.Query, limit int) ([]byte,
 // searchPrefetch starts the exchanges of the pod's next two tries after a
 // miss of key whose exchange is first (searchPath.next), or after key was
 // denied from a cut (deniedBelow, first nil), unless they are cached,
-// running, or to be denied from their cuts too. Each runs as a flight of its own in the background,
-// which the pod's query of the name joins (join) and whose answer is
-// stored (fly). Once the three tries are all denied (NXDOMAIN or NODATA),
-// the pod asks the name as it is next, and that exchange starts too: it is
-// the only one of a name outside the cluster that goes upstream, so it is
-// not started before the pod would ask it, unless the name was asked as it
-// is before (Cache.Known) or the three cuts are cached NXDOMAIN
-// (Cache.Absent), so that the tries are too: then it starts at once. After
-// such a walk, the cuts not cached are fetched, for the next name under
-// the same last label (a lookup of api.example.com makes that of
-// www.example.com start www.example.com at once).
+// running, or to be denied from their cuts. Each runs as a flight of its
+// own in the background, which the pod's query of the name joins (join)
+// and whose answer is stored (fly). The name as it is, outside the cluster
+// domain, starts only when it was asked before (Cache.Known). With denial
+// below, once the tries are all denied (NXDOMAIN or NODATA), the cuts not
+// cached are fetched, for the next name under the same last label (a
+// lookup of api.example.com makes that of www.example.com denied in the
+// cluster domain from the cache).
 func (r *Resolver) searchPrefetch(key []byte, first *flight) {
+	if !r.searchPrefetchOn {
+		return
+	}
 	var buf [searchKeys][dnswire.MaxKeyLen]byte
 	keys, ok := r.search.next(key, &buf)
 	if !ok {
 		return
 	}
-	cut := r.cache.Absent(keys[cutNS]) && r.cache.Absent(keys[cutSvc]) && r.cache.Absent(keys[cutDomain])
-	if cut || r.cache.Known(keys[tryName]) {
+	if r.cache.Known(keys[tryName]) {
 		r.prefetchKey(keys[tryName])
 	}
-	if cut && r.below {
+	// The cuts of the pod's three tries, one level each (searchPath.above).
+	var cuts [3][]byte
+	var cutBuf [3][aboveKeys][dnswire.MaxKeyLen]byte
+	for i, at := range [3]struct {
+		key   []byte
+		level int
+	}{{key, aboveService}, {keys[trySvc], aboveNamespace}, {keys[tryDomain], aboveDomain}} {
+		cuts[i] = r.search.above(at.key, &cutBuf[i])[at.level]
+	}
+	if r.below && r.cache.Absent(cuts[0]) && r.cache.Absent(cuts[1]) && r.cache.Absent(cuts[2]) {
 		return // the pod's next tries are denied from the cuts (deniedBelow)
 	}
 	second, third := r.prefetchKey(keys[trySvc]), r.prefetchKey(keys[tryDomain])
-	if second == nil || third == nil {
+	if second == nil || third == nil || !r.below {
 		return
 	}
 	waits := []*flight{second, third}
 	if first != nil {
 		waits = append(waits, first)
 	}
-	later := [][]byte{bytes.Clone(keys[tryName])}
-	if !cut {
-		for _, k := range keys[cutNS:] {
+	var later [][]byte
+	for _, k := range cuts {
+		if k != nil {
 			later = append(later, bytes.Clone(k))
 		}
 	}

@@ -166,8 +166,10 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- $f = append $f (list "serve-stale" (toString $c.serveStale)) -}}
 {{- $f = append $f (list "prefetch" (int64 $c.prefetchHits | toString)) -}}
 {{- $f = append $f (list "cluster-domain" .Values.clusterDomain) -}}
-{{- $f = append $f (list "search-prefetch" (toString $c.searchPrefetch)) -}}
-{{- $f = append $f (list "deny-below-nxdomain" (toString $c.denyBelowNXDOMAIN)) -}}
+{{- $f = append $f (list "cluster-negative-max-ttl" (toString $c.clusterNegativeMaxTTL)) -}}
+{{- $plain := not (include "nodedns.clusterDomainShared" .) -}}
+{{- $f = append $f (list "search-prefetch" (toString (and $c.searchPrefetch $plain))) -}}
+{{- $f = append $f (list "deny-below-nxdomain" (toString (and $c.denyBelowNXDOMAIN $plain))) -}}
 {{- $s := list -}}
 {{- range $f -}}
 {{- $s = append $s (list (index . 0) (printf "NODEDNS_%s" (index . 0 | upper | replace "-" "_")) (index . 1)) -}}
@@ -232,5 +234,59 @@ existed.
 {{- fail (printf "probeAddress must be \"auto\", \"\" or an IPv4 address in 127.0.0.0/8, not %q" $v) -}}
 {{- end -}}
 {{- $v -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Why names of clusterDomain may be answered by something other than the
+kubernetes plugin of the frontend's server block, one reason per line, or
+nothing. The frontend's search-path prefetch and its denial below a cached
+NXDOMAIN (RFC 8020) hold only when that plugin alone answers them: a stub
+domain inside the cluster domain sends prefetched names out, and hosts,
+rewrite, file or a fallthrough answer names under a denied one. The
+flags --search-prefetch and --deny-below-nxdomain are false then, and
+NOTES.txt says why. Each reason names the value.
+*/}}
+{{- define "nodedns.clusterDomainShared" -}}
+{{- $domain := trimSuffix "." (lower .Values.clusterDomain) -}}
+{{- $inside := dict -}}
+{{- range $zone, $_ := .Values.stubDomains -}}
+{{- $z := trimSuffix "." (lower $zone) -}}
+{{- if or (eq $z $domain) (hasSuffix (printf ".%s" $domain) $z) (hasSuffix (printf ".%s" $z) $domain) }}
+stubDomains.{{ $zone }} overlaps clusterDomain {{ $domain }}
+{{- end -}}
+{{- end -}}
+{{- $port := printf "%v" .Values.backend.port -}}
+{{- $safe := list "bind" "errors" "health" "ready" "prometheus" "nodedns_kubernetes" "kubernetes" "forward" "cache" "loop" "reload" "loadbalance" "log" "debug" "acl" -}}
+{{- $options := list "endpointslices" "pods" "ttl" "startup_timeout" "kubeconfig" "endpoint" "tls" "namespaces" "namespace_labels" "labels" "noendpoints" "endpoint_pod_names" "ignore" "fallthrough" -}}
+{{- range $i, $s := .Values.servers -}}
+{{- $frontendBlock := false -}}
+{{- range ($s.zones | default (list (dict "zone" "."))) -}}
+{{- $z := trimSuffix "." (lower (.zone | default ".")) -}}
+{{- if eq $z "" -}}
+{{- if or (eq (toString $s.port) "{$NODEDNS_PORT}") (eq (toString $s.port) $port) -}}{{- $frontendBlock = true -}}{{- end -}}
+{{- else if or (eq $z $domain) (hasSuffix (printf ".%s" $domain) $z) (hasSuffix (printf ".%s" $z) $domain) }}
+servers[{{ $i }}] serves zone {{ .zone }}, which overlaps clusterDomain {{ $domain }}
+{{- end -}}
+{{- end -}}
+{{- if $frontendBlock -}}
+{{- range $s.plugins -}}
+{{- if not (has .name $safe) }}
+servers[{{ $i }}] has the {{ .name }} plugin, which may answer names of clusterDomain {{ $domain }}
+{{- else if or (eq .name "nodedns_kubernetes") (eq .name "kubernetes") -}}
+{{- range (splitList "\n" (.configBlock | default "")) -}}
+{{- $w := splitList " " (trim .) | compact -}}
+{{- if $w -}}
+{{- $opt := first $w -}}
+{{- if not (has $opt $options) }}
+servers[{{ $i }}] sets the kubernetes plugin's {{ $opt }}, not known to keep RFC 8020
+{{- else if and (eq $opt "fallthrough") (or (eq (len $w) 1) (not (empty (without (rest $w) "in-addr.arpa" "ip6.arpa" "in-addr.arpa." "ip6.arpa.")))) }}
+servers[{{ $i }}] has the kubernetes plugin fall through for names it denies ({{ trim . }})
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
