@@ -49,6 +49,13 @@ type RealNodeOptions struct {
 	// before kubelet starts. PauseImage must be among them: see
 	// BuildPodImages.
 	Images []Archive
+	// Registries are pulled from as a cluster pulls from its registry:
+	// the node's containerd resolves each Registry.Host (the name images
+	// are referenced by) through a hosts.toml mirror to Registry.NodeHost,
+	// the registry's listener in the control-plane namespace. Pods then
+	// name images Host/repository:tag with an ordinary pull policy. Without
+	// Registries nothing is pulled: pods use imported images.
+	Registries []*Registry
 }
 
 // RealNode is a running kubelet node.
@@ -283,7 +290,7 @@ func (n *RealNode) writeFiles(opts RealNodeOptions) error {
 	// (pitfall 10): pods with dnsPolicy Default, and CoreDNS's forward, use it.
 	resolv := "nameserver " + StubDNSIP + "\noptions timeout:1 attempts:2\n"
 	files := map[string]string{
-		"containerd.toml":         n.containerdConfig(),
+		"containerd.toml":         n.containerdConfig(len(opts.Registries) > 0),
 		"cni/10-testbed.conflist": n.cniConfig(),
 		"kubelet.yaml":            n.kubeletConfig(n.clusterDNS),
 		"kubelet.kubeconfig":      string(kcData),
@@ -295,7 +302,13 @@ func (n *RealNode) writeFiles(opts RealNodeOptions) error {
 	for _, k := range kernelDefaults {
 		files["sysctl/"+strings.ReplaceAll(k.path, "/", ".")] = k.value + "\n"
 	}
+	for _, r := range opts.Registries {
+		files[filepath.Join(registryHostsDir, r.Host, "hosts.toml")] = hostsTOML(r)
+	}
 	for name, data := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(n.Dir, name)), 0o755); err != nil {
+			return err
+		}
 		if err := writeFile(filepath.Join(n.Dir, name), []byte(data)); err != nil {
 			return err
 		}
