@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -15,6 +16,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+	helmregistry "helm.sh/helm/v3/pkg/registry"
 
 	"github.com/nodedns/nodedns/images"
 )
@@ -219,4 +223,44 @@ func requestLines(reqs []RegistryRequest) string {
 		fmt.Fprintf(&b, "%s %s %s %d\n", from, q.Method, q.Path, q.Status)
 	}
 	return b.String()
+}
+
+// TestRegistryServesHelmCharts pushes a chart with Helm's registry client
+// (what `helm push` runs) and pulls it back (what `helm install
+// oci://HOST/...` runs first): the registry holds OCI artifacts as well as
+// images.
+func TestRegistryServesHelmCharts(t *testing.T) {
+	r := startLoopbackRegistry(t)
+	c := &chart.Chart{
+		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "hello", Version: "0.1.0", AppVersion: "0.1.0", Type: "application"},
+		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hello}\n")}},
+	}
+	dir := t.TempDir()
+	path, err := chartutil.Save(c, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := helmregistry.NewClient(helmregistry.ClientOptPlainHTTP(), helmregistry.ClientOptCredentialsFile(filepath.Join(dir, "credentials.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := r.Ref("charts/hello:0.1.0")
+	pushed, err := client.Push(data, ref)
+	if err != nil {
+		t.Fatalf("helm push %s: %v", ref, err)
+	}
+	pulled, err := client.Pull(ref)
+	if err != nil {
+		t.Fatalf("helm pull %s: %v", ref, err)
+	}
+	if pulled.Manifest.Digest != pushed.Manifest.Digest || !bytes.Equal(pulled.Chart.Data, data) {
+		t.Errorf("pulled manifest %s (%d chart bytes), pushed %s (%d bytes)", pulled.Manifest.Digest, len(pulled.Chart.Data), pushed.Manifest.Digest, len(data))
+	}
+	if pulled.Chart.Meta.Version != "0.1.0" {
+		t.Errorf("pulled chart version %q, want 0.1.0", pulled.Chart.Meta.Version)
+	}
 }
