@@ -53,8 +53,8 @@ type RealNodeOptions struct {
 	// the node's containerd resolves each Registry.Host (the name images
 	// are referenced by) through a hosts.toml mirror to Registry.NodeHost,
 	// the registry's listener in the control-plane namespace. Pods then
-	// name images Host/repository:tag with an ordinary pull policy. Without
-	// Registries nothing is pulled: pods use imported images.
+	// name images Host/repository:tag with an ordinary pull policy.
+	// RealNode.AddRegistry adds one to a running node.
 	Registries []*Registry
 }
 
@@ -265,7 +265,7 @@ func (tb *Testbed) RealNodeLeftovers() []string {
 }
 
 func (n *RealNode) writeFiles(opts RealNodeOptions) error {
-	for _, d := range []string{"var", "cni", "manifests", "sysctl", "kubelet", "containerd"} {
+	for _, d := range []string{"var", "cni", "manifests", "sysctl", "kubelet", "containerd", registryHostsDir} {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return err
 		}
@@ -290,7 +290,7 @@ func (n *RealNode) writeFiles(opts RealNodeOptions) error {
 	// (pitfall 10): pods with dnsPolicy Default, and CoreDNS's forward, use it.
 	resolv := "nameserver " + StubDNSIP + "\noptions timeout:1 attempts:2\n"
 	files := map[string]string{
-		"containerd.toml":         n.containerdConfig(len(opts.Registries) > 0),
+		"containerd.toml":         n.containerdConfig(),
 		"cni/10-testbed.conflist": n.cniConfig(),
 		"kubelet.yaml":            n.kubeletConfig(n.clusterDNS),
 		"kubelet.kubeconfig":      string(kcData),
@@ -302,18 +302,29 @@ func (n *RealNode) writeFiles(opts RealNodeOptions) error {
 	for _, k := range kernelDefaults {
 		files["sysctl/"+strings.ReplaceAll(k.path, "/", ".")] = k.value + "\n"
 	}
-	for _, r := range opts.Registries {
-		files[filepath.Join(registryHostsDir, r.Host, "hosts.toml")] = hostsTOML(r)
-	}
 	for name, data := range files {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(n.Dir, name)), 0o755); err != nil {
-			return err
-		}
 		if err := writeFile(filepath.Join(n.Dir, name), []byte(data)); err != nil {
 			return err
 		}
 	}
+	for _, r := range opts.Registries {
+		if err := n.AddRegistry(r); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// AddRegistry makes the node's containerd pull images named r.Host/...
+// through r's listener for nodes (see RealNodeOptions.Registries). On a
+// running node it takes effect from the next pull: containerd reads its
+// registry hosts directory at every pull.
+func (n *RealNode) AddRegistry(r *Registry) error {
+	dir := filepath.Join(n.Dir, registryHostsDir, r.Host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("real node %s: registry %s: %w", n.Name, r.Host, err)
+	}
+	return writeFile(filepath.Join(dir, "hosts.toml"), []byte(hostsTOML(r)))
 }
 
 // makeCgroups creates the node's tree in every hierarchy (kubelet's

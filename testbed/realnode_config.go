@@ -11,20 +11,14 @@ import (
 // they avoid.
 
 // registryHostsDir is containerd's registry config_path, relative to the
-// node's directory: one <host>/hosts.toml per registry (hostsTOML).
+// node's directory: one <host>/hosts.toml per registry (hostsTOML). Without
+// any, every registry is reached as containerd's defaults say, as without
+// a config_path.
 const registryHostsDir = "containerd/certs.d"
 
-// containerdConfig is containerd 1.6's config (version 2) for node n; with
-// mirrors, the CRI resolves registries through the hosts.toml files under
-// registryHostsDir.
-func (n *RealNode) containerdConfig(mirrors bool) string {
+// containerdConfig is containerd 1.6's config (version 2) for node n.
+func (n *RealNode) containerdConfig() string {
 	d := n.Dir
-	var registry string
-	if mirrors {
-		registry = fmt.Sprintf(`  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = %q
-`, filepath.Join(d, registryHostsDir))
-	}
 	return fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -60,9 +54,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
-%s`, filepath.Join(d, "containerd", "root"), filepath.Join(d, "containerd", "state"),
+  # Read at every pull: a registry added to a running node
+  # (RealNode.AddRegistry) is used from the next pull on.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
+`, filepath.Join(d, "containerd", "root"), filepath.Join(d, "containerd", "state"),
 		n.containerdSocket(), filepath.Join(d, "containerd", "ttrpc.sock"),
-		PauseImage, filepath.Join(d, "cni"), registry)
+		PauseImage, filepath.Join(d, "cni"), filepath.Join(d, registryHostsDir))
 }
 
 // hostsTOML is containerd's hosts.toml for registry r's name, r.Host: a

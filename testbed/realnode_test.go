@@ -29,7 +29,9 @@ const (
 // backend image), and on each node a client pod that resolves a Service
 // name through the search path, kubernetes.default and a name only the
 // stub upstream knows; then pods whose images are pulled from a registry
-// the test started (registry_realnode_test.go). Then Stop, and nothing of the run may be left: no
+// the test started, on node-a through the mirror it started with, on
+// node-b once the mirror is added (registry_realnode_test.go). Then Stop,
+// and nothing of the run may be left: no
 // cgroup, namespace, directory or process, and the host's links,
 // addresses, mounts and the sysctls kubelet would write unchanged.
 func TestRealNodes(t *testing.T) {
@@ -70,8 +72,12 @@ func TestRealNodes(t *testing.T) {
 	}
 	start = time.Now()
 	var nodes []*RealNode
-	for _, name := range []string{"node-a", "node-b"} {
-		n, err := tb.AddRealNode(ctx, name, RealNodeOptions{Images: archives, Registries: []*Registry{reg}})
+	for i, name := range []string{"node-a", "node-b"} {
+		opts := RealNodeOptions{Images: archives}
+		if i == 0 { // node-b gets the registry later, with AddRegistry
+			opts.Registries = []*Registry{reg}
+		}
+		n, err := tb.AddRealNode(ctx, name, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,8 +136,16 @@ func TestRealNodes(t *testing.T) {
 			t.Errorf("client on %s: %s, want Succeeded: %s", n.Name, phase, msg)
 		}
 	}
+	pause := archiveOf(t, archives, PauseImage)
 	t.Run("pull from registry", func(t *testing.T) {
-		testRegistryPull(ctx, t, tb, reg, nodes[0], archiveOf(t, archives, PauseImage))
+		testRegistryPull(ctx, t, tb, reg, nodes[0], pause)
+	})
+	t.Run("pull from registry added to a running node", func(t *testing.T) {
+		testPullNeedsMirror(ctx, t, tb, reg, nodes[1], pause)
+		if err := nodes[1].AddRegistry(reg); err != nil {
+			t.Fatal(err)
+		}
+		testRegistryPull(ctx, t, tb, reg, nodes[1], pause)
 	})
 	if d := diffLines(hostBefore, hostSnapshot(t), tb.Dir); d != "" {
 		t.Errorf("the host changed while real nodes ran:\n%s", d)

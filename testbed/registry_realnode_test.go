@@ -53,29 +53,18 @@ func testRegistryPull(ctx context.Context, t *testing.T, tb *Testbed, reg *Regis
 
 	c := tb.Client()
 	start := time.Now()
-	pods := map[string]string{"pulled-single": ri.single, "pulled-multiarch": ri.multi}
+	singlePod, multiPod := "pulled-single-"+n.Name, "pulled-multiarch-"+n.Name
+	pods := map[string]string{singlePod: ri.single, multiPod: ri.multi}
 	for pod, image := range pods {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: pod},
-			Spec: corev1.PodSpec{
-				NodeName:                      n.Name,
-				TerminationGracePeriodSeconds: new(int64),
-				Containers: []corev1.Container{{
-					Name: "pause", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
-				}},
-			},
-		}
-		if _, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createPulledPod(ctx, t, tb, n, pod, image)
 	}
 	imageIDs := map[string]string{}
 	for pod := range pods {
 		imageIDs[pod] = waitContainerRunning(ctx, t, tb, pod)
 	}
-	t.Logf("two pods running from %s in %s", reg.Host, time.Since(start).Round(time.Millisecond))
+	t.Logf("two pods running on %s from %s in %s", n.Name, reg.Host, time.Since(start).Round(time.Millisecond))
 
-	for pod, want := range map[string]v1.Hash{"pulled-single": ri.singleDigest, "pulled-multiarch": ri.indexDigest} {
+	for pod, want := range map[string]v1.Hash{singlePod: ri.singleDigest, multiPod: ri.indexDigest} {
 		if !strings.HasSuffix(imageIDs[pod], "@"+want.String()) {
 			t.Errorf("pod %s runs image %s, want digest %s", pod, imageIDs[pod], want)
 		}
@@ -118,6 +107,60 @@ func testRegistryPull(ctx context.Context, t *testing.T, tb *Testbed, reg *Regis
 		if err := c.CoreV1().Pods("default").Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// testPullNeedsMirror runs a pod of an image in reg on node n, which has no
+// mirror for reg: the pull must fail, since reg.Host inside the node is the
+// node's own loopback. So a pod that runs in testRegistryPull pulled
+// through the mirror.
+func testPullNeedsMirror(ctx context.Context, t *testing.T, tb *Testbed, reg *Registry, n *RealNode, pause Archive) {
+	ri := pushRegistryImages(ctx, t, reg, pause)
+	pod := "unmirrored-" + n.Name
+	createPulledPod(ctx, t, tb, n, pod, ri.single)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var state string
+	err := waitFor(ctx, "pod "+pod+" failing to pull", func() (bool, error) {
+		p, err := tb.Client().CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.State.Running != nil {
+				return false, fmt.Errorf("runs %s without a mirror", s.ImageID)
+			}
+			if w := s.State.Waiting; w != nil {
+				state = w.Reason + ": " + w.Message
+				return w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff", nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v (last state: %s)", err, state)
+	}
+	t.Logf("without a mirror: %s", state)
+	if err := tb.Client().CoreV1().Pods("default").Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
+// createPulledPod creates a pod on node n running image, pulled if absent.
+func createPulledPod(ctx context.Context, t *testing.T, tb *Testbed, n *RealNode, name, image string) {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:                      n.Name,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "pause", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+			}},
+		},
+	}
+	if _, err := tb.Client().CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

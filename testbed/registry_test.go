@@ -147,38 +147,27 @@ func TestPushArchive(t *testing.T) {
 	}
 }
 
-// TestContainerdRegistryConfig parses the containerd config and hosts.toml
-// a node gets, with and without registries.
+// TestContainerdRegistryConfig parses the containerd config and the
+// hosts.toml of a registry that a node gets.
 func TestContainerdRegistryConfig(t *testing.T) {
 	n := &RealNode{Dir: "/nodes/a"}
-	for _, tc := range []struct {
-		name       string
-		mirrors    bool
-		configPath string
-	}{
-		{"imports only", false, ""},
-		{"registries", true, "/nodes/a/containerd/certs.d"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var cfg struct {
-				Plugins map[string]struct {
-					SandboxImage string `toml:"sandbox_image"`
-					Registry     struct {
-						ConfigPath string `toml:"config_path"`
-					} `toml:"registry"`
-				} `toml:"plugins"`
-			}
-			if _, err := toml.Decode(n.containerdConfig(tc.mirrors), &cfg); err != nil {
-				t.Fatalf("containerd.toml: %v", err)
-			}
-			cri := cfg.Plugins["io.containerd.grpc.v1.cri"]
-			if cri.SandboxImage != PauseImage {
-				t.Errorf("sandbox_image = %q, want %q", cri.SandboxImage, PauseImage)
-			}
-			if cri.Registry.ConfigPath != tc.configPath {
-				t.Errorf("registry.config_path = %q, want %q", cri.Registry.ConfigPath, tc.configPath)
-			}
-		})
+	var cfg struct {
+		Plugins map[string]struct {
+			SandboxImage string `toml:"sandbox_image"`
+			Registry     struct {
+				ConfigPath string `toml:"config_path"`
+			} `toml:"registry"`
+		} `toml:"plugins"`
+	}
+	if _, err := toml.Decode(n.containerdConfig(), &cfg); err != nil {
+		t.Fatalf("containerd.toml: %v", err)
+	}
+	cri := cfg.Plugins["io.containerd.grpc.v1.cri"]
+	if cri.SandboxImage != PauseImage {
+		t.Errorf("sandbox_image = %q, want %q", cri.SandboxImage, PauseImage)
+	}
+	if want := "/nodes/a/containerd/certs.d"; cri.Registry.ConfigPath != want {
+		t.Errorf("registry.config_path = %q, want %q", cri.Registry.ConfigPath, want)
 	}
 
 	r := &Registry{Host: "127.0.0.1:40123", NodeHost: NodeGateway + ":40123"}
@@ -232,7 +221,7 @@ func requestLines(reqs []RegistryRequest) string {
 func TestRegistryServesHelmCharts(t *testing.T) {
 	r := startLoopbackRegistry(t)
 	c := &chart.Chart{
-		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "hello", Version: "0.1.0", AppVersion: "0.1.0", Type: "application"},
+		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "hello", Version: "0.1.0", AppVersion: "0.1.0", Type: "application"},
 		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hello}\n")}},
 	}
 	dir := t.TempDir()
