@@ -80,7 +80,7 @@ type RegistryRequest struct {
 // same port at NodeGateway in the control-plane namespace (created here if
 // no node exists yet). Stop closes it and Dir goes with the testbed
 // directory. Requires root (network namespaces).
-func (tb *Testbed) StartRegistry(ctx context.Context) (_ *Registry, err error) {
+func (tb *Testbed) StartRegistry(ctx context.Context) (*Registry, error) {
 	nw, err := tb.ensureNetwork(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
@@ -177,34 +177,69 @@ func (r *Registry) Requests() []RegistryRequest {
 // this registry, as the test process and nodes both name it.
 func (r *Registry) Ref(repo string) string { return r.Host + "/" + repo }
 
-// PushArchive pushes the image of an OCI image archive (BuildPodImages,
-// BuildBackendImage, ...) to repoTag ("repository:tag") in r, and returns
-// its reference by digest, Host/repository@sha256:...
+// PushArchive pushes what an OCI image archive holds (BuildPodImages,
+// BuildBackendImage, images.WriteArchive or WriteIndexArchive): the image,
+// or the image index with all its images, to repoTag ("repository:tag")
+// in r. It returns the reference by digest, Host/repository@sha256:...,
+// the digest `ctr images import` of the archive would show.
 func (r *Registry) PushArchive(ctx context.Context, a Archive, repoTag string) (string, error) {
 	ref, err := name.ParseReference(r.Ref(repoTag), name.Insecure, name.StrictValidation)
 	if err != nil {
 		return "", fmt.Errorf("push %s: %w", a.Path, err)
 	}
 	var pushed string
-	err = withArchiveImage(a.Path, func(img v1.Image) error {
-		if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-			return fmt.Errorf("push to %s: %w", ref, err)
-		}
-		d, err := img.Digest()
+	err = withArchive(a.Path, func(root v1.ImageIndex) error {
+		im, err := root.IndexManifest()
 		if err != nil {
 			return err
 		}
-		pushed = ref.Context().Digest(d.String()).String()
+		if len(im.Manifests) != 1 {
+			return fmt.Errorf("index.json lists %d manifests, want 1", len(im.Manifests))
+		}
+		d := im.Manifests[0]
+		var push error
+		switch {
+		case d.MediaType.IsIndex():
+			idx, err := root.ImageIndex(d.Digest)
+			if err != nil {
+				return err
+			}
+			push = remote.WriteIndex(ref, idx, remote.WithContext(ctx))
+		case d.MediaType.IsImage():
+			img, err := root.Image(d.Digest)
+			if err != nil {
+				return err
+			}
+			push = remote.Write(ref, img, remote.WithContext(ctx))
+		default:
+			return fmt.Errorf("index.json lists a %s, neither an image nor an index", d.MediaType)
+		}
+		if push != nil {
+			return fmt.Errorf("push to %s: %w", ref, push)
+		}
+		pushed = ref.Context().Digest(d.Digest.String()).String()
 		return nil
 	})
 	return pushed, err
 }
 
 // withArchiveImage calls f with the linux/amd64 image of an OCI image
-// layout in a tar file (images.WriteArchive's format: its index.json
-// names an image manifest, or an index holding an amd64 one). The blobs
-// are read, while f runs, from a copy unpacked in a temporary directory.
+// archive (see withArchive): the image its index.json names, or the amd64
+// image of the index it names.
 func withArchiveImage(path string, f func(v1.Image) error) error {
+	return withArchive(path, func(root v1.ImageIndex) error {
+		img, err := amd64Image(root)
+		if err != nil {
+			return err
+		}
+		return f(img)
+	})
+}
+
+// withArchive calls f with the index.json of an OCI image layout in a tar
+// file (images.WriteArchive's format), whose blobs are read, while f runs,
+// from a copy unpacked in a temporary directory.
+func withArchive(path string, f func(v1.ImageIndex) error) error {
 	dir, err := os.MkdirTemp("", "nodedns-archive-")
 	if err != nil {
 		return fmt.Errorf("read archive %s: %w", path, err)
@@ -217,11 +252,7 @@ func withArchiveImage(path string, f func(v1.Image) error) error {
 	if err != nil {
 		return fmt.Errorf("read archive %s: %w", path, err)
 	}
-	img, err := amd64Image(idx)
-	if err != nil {
-		return fmt.Errorf("read archive %s: %w", path, err)
-	}
-	if err := f(img); err != nil {
+	if err := f(idx); err != nil {
 		return fmt.Errorf("archive %s: %w", path, err)
 	}
 	return nil

@@ -222,15 +222,7 @@ func pushRegistryImages(ctx context.Context, t *testing.T, reg *Registry, pause 
 		if err != nil {
 			return err
 		}
-		cf, err := arm.ConfigFile()
-		if err != nil {
-			return err
-		}
-		cf = cf.DeepCopy()
-		cf.Architecture = "arm64"
-		if arm, err = mutate.ConfigFile(arm, cf); err != nil {
-			return err
-		}
+		arm = withArch(t, arm, "arm64")
 		idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 			mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
 			mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -15,7 +16,11 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 	helmregistry "helm.sh/helm/v3/pkg/registry"
@@ -145,6 +150,95 @@ func TestPushArchive(t *testing.T) {
 	if _, err := r.PushArchive(ctx, Archive{Path: path + ".missing"}, "nodedns-test/a:v1"); err == nil {
 		t.Error("PushArchive of a missing file: no error")
 	}
+
+	// An archive of a multi-arch index: the index goes, with both images.
+	arm := withArch(t, testImage(t, "arm64"), "arm64")
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	indexPath := writeIndexArchive(t, idx)
+	got, err = r.PushArchive(ctx, Archive{Path: indexPath}, "nodedns-test/multi:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := idx.Digest()
+	if want := r.Host + "/nodedns-test/multi@" + id.String(); got != want {
+		t.Errorf("PushArchive of an index = %s, want %s", got, want)
+	}
+	armDigest, _ := arm.Digest()
+	armRef, _ := name.ParseReference(r.Host+"/nodedns-test/multi@"+armDigest.String(), name.Insecure)
+	if _, err := remote.Image(armRef); err != nil {
+		t.Errorf("the index's arm64 image was not pushed: %v", err)
+	}
+}
+
+// withArch returns img with its configuration's architecture set to arch.
+func withArch(t *testing.T, img v1.Image, arch string) v1.Image {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture = arch
+	out, err := mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// writeIndexArchive writes idx as an OCI image layout whose index.json
+// names idx, in a tar file, and returns its path.
+func writeIndexArchive(t *testing.T, idx v1.ImageIndex) string {
+	t.Helper()
+	dir := t.TempDir()
+	lp, err := layout.Write(filepath.Join(dir, "layout"), empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendIndex(idx); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "index.oci.tar")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	root := filepath.Join(dir, "layout")
+	err = filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err != nil || p == root {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		h, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if info.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		_, err = tw.Write(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestContainerdRegistryConfig parses the containerd config and the
