@@ -50,7 +50,7 @@ DIFFTEST_OUT := $(BIN)/difftest.txt
 
 difftest: build ## Compare the frontend with the backend on every Corefile shape of the chart (root; about 5 min); last line: queries, differences, unasked upstream names.
 	@mkdir -p $(BIN); rm -f $(DIFFTEST_OUT)
-	@status=0; NODEDNS_DIFFTEST_SUMMARY=$(DIFFTEST_OUT) NODEDNS_BACKEND_BIN=$(CURDIR)/$(BIN)/nodedns-backend NODEDNS_FRONTEND_BIN=$(CURDIR)/$(BIN)/nodedns-frontend \
+	@status=0; NODEDNS_DIFFTEST_SUMMARY=$(CURDIR)/$(DIFFTEST_OUT) NODEDNS_BACKEND_BIN=$(CURDIR)/$(BIN)/nodedns-backend NODEDNS_FRONTEND_BIN=$(CURDIR)/$(BIN)/nodedns-frontend \
 		$(GO) test -count=1 -timeout 20m -v -run '^(TestDifferential|FuzzDifferential)$$' ./difftest/ || status=$$?; \
 	if [ -s $(DIFFTEST_OUT) ]; then cat $(DIFFTEST_OUT); else echo "difftest: no summary (the suite did not run to its end)"; status=1; fi; \
 	exit $$status

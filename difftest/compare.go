@@ -186,6 +186,7 @@ type history struct {
 	mu        sync.Mutex
 	byKey     map[string][]*said
 	mutations []time.Time
+	recent    map[string][]string // per key, the last answers' times and TTLs (for reports)
 }
 
 // said is one distinct answer of the backend to one question.
@@ -197,7 +198,7 @@ type said struct {
 }
 
 func newHistory(l holdLimits) *history {
-	return &history{limits: l, byKey: map[string][]*said{}}
+	return &history{limits: l, byKey: map[string][]*said{}, recent: map[string][]string{}}
 }
 
 // questionKey is the cache key of a query as the frontend forms it.
@@ -243,6 +244,12 @@ func (h *history) add(q, a *dns.Msg, t time.Time) {
 	n := caseless(a)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var ttls []uint32
+	for _, rr := range append(append([]dns.RR{}, a.Answer...), a.Ns...) {
+		ttls = append(ttls, rr.Header().Ttl)
+	}
+	r := append(h.recent[k], fmt.Sprintf("%s rcode %d TTLs %v", t.Format("15:04:05.000"), a.Rcode, ttls))
+	h.recent[k] = r[max(0, len(r)-6):]
 	for _, s := range h.byKey[k] {
 		if s.norm == n {
 			if t.After(s.last) {
@@ -335,4 +342,11 @@ func existedAcross(own []*said, t time.Time) bool {
 		}
 	}
 	return false
+}
+
+// report returns the last answers the backend gave for q's question.
+func (h *history) report(q *dns.Msg) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.recent[msgKey(q)], "; ")
 }

@@ -108,7 +108,7 @@ func (r *runner) pair(q *dns.Msg, tcp bool) (f, b *dns.Msg) {
 	nf, nb := normalize(f), normalize(b)
 	if nf == nb {
 		if ok, why := ttlsAged(f, b); !ok {
-			r.differ("%s: %s\nfrontend:\n%s\nbackend:\n%s", qstr(q), why, f, b)
+			r.differ("%s at %s: %s; the backend's last answers: %s", qstr(q), now.Format("15:04:05.000"), why, r.sys.hist.report(q))
 		}
 		return f, b
 	}
