@@ -23,8 +23,13 @@ import (
 //     version, DO bit and options; its UDP payload size is not compared
 //     (it is the sender's, hop by hop: RFC 6891 §6.2.3);
 //   - each TTL of the frontend's answer must be at most the backend's
-//     (plus one second for the clocks' rounding): a cache serves a
-//     record's TTL aged, and may lower it (RFC 2308 §5 caps denials);
+//     plus 2 s: a cache serves a record's TTL aged, and may lower it
+//     (RFC 2308 §5 caps denials). The 2 s are the clocks' rounding: the
+//     backend truncates the age of what it caches to whole seconds, and
+//     so does the frontend, on a clock read every 100 ms
+//     (frontend/cache clockTick); with ages of 0.95 s in the backend's
+//     cache and 1.05 s in the frontend's, read as 0.95 s, the frontend
+//     says 2 s more than the backend about the same record.
 //   - a truncated answer (TC) is compared by its header only; both are
 //     then asked again over TCP and compared in full.
 
@@ -100,15 +105,19 @@ func normRR(rr dns.RR) string {
 	return c.String()
 }
 
+// ttlSlack is what a TTL of the frontend may exceed the backend's by: the
+// two truncations to whole seconds, one of them on a 100 ms clock.
+const ttlSlack = 2
+
 // ttlsAged reports whether every TTL of f is at most the TTL of the same
-// record in b (plus one second), f and b being equal once normalized.
+// record in b plus ttlSlack, f and b being equal once normalized.
 func ttlsAged(f, b *dns.Msg) (bool, string) {
 	for i, pair := range [][2][]dns.RR{{f.Answer, b.Answer}, {f.Ns, b.Ns}, {f.Extra, b.Extra}} {
 		ft, bt := ttls(pair[0]), ttls(pair[1])
 		for k, fv := range ft {
 			bv := bt[k]
 			for j := range min(len(fv), len(bv)) {
-				if fv[j] > bv[j]+1 {
+				if fv[j] > bv[j]+ttlSlack {
 					return false, fmt.Sprintf("section %d: %s TTL %d, backend %d", i, k, fv[j], bv[j])
 				}
 			}
