@@ -49,6 +49,13 @@ type RealNodeOptions struct {
 	// before kubelet starts. PauseImage must be among them: see
 	// BuildPodImages.
 	Images []Archive
+	// Registries are pulled from as a cluster pulls from its registry:
+	// the node's containerd resolves each Registry.Host (the name images
+	// are referenced by) through a hosts.toml mirror to Registry.NodeHost,
+	// the registry's listener in the control-plane namespace. Pods then
+	// name images Host/repository:tag with an ordinary pull policy.
+	// RealNode.AddRegistry adds one to a running node.
+	Registries []*Registry
 }
 
 // RealNode is a running kubelet node.
@@ -258,7 +265,7 @@ func (tb *Testbed) RealNodeLeftovers() []string {
 }
 
 func (n *RealNode) writeFiles(opts RealNodeOptions) error {
-	for _, d := range []string{"var", "cni", "manifests", "sysctl", "kubelet", "containerd"} {
+	for _, d := range []string{"var", "cni", "manifests", "sysctl", "kubelet", "containerd", registryHostsDir} {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return err
 		}
@@ -300,7 +307,24 @@ func (n *RealNode) writeFiles(opts RealNodeOptions) error {
 			return err
 		}
 	}
+	for _, r := range opts.Registries {
+		if err := n.AddRegistry(r); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// AddRegistry makes the node's containerd pull images named r.Host/...
+// through r's listener for nodes (see RealNodeOptions.Registries). On a
+// running node it takes effect from the next pull: containerd reads its
+// registry hosts directory at every pull.
+func (n *RealNode) AddRegistry(r *Registry) error {
+	dir := filepath.Join(n.Dir, registryHostsDir, r.Host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("real node %s: registry %s: %w", n.Name, r.Host, err)
+	}
+	return writeFile(filepath.Join(dir, "hosts.toml"), []byte(hostsTOML(r)))
 }
 
 // makeCgroups creates the node's tree in every hierarchy (kubelet's

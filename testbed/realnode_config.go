@@ -10,6 +10,12 @@ import (
 // plain default says why it is set; REALNODE facts are cited by the pitfall
 // they avoid.
 
+// registryHostsDir is containerd's registry config_path, relative to the
+// node's directory: one <host>/hosts.toml per registry (hostsTOML). Without
+// any, every registry is reached as containerd's defaults say, as without
+// a config_path.
+const registryHostsDir = "containerd/certs.d"
+
 // containerdConfig is containerd 1.6's config (version 2) for node n.
 func (n *RealNode) containerdConfig() string {
 	d := n.Dir
@@ -48,9 +54,28 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
+  # Read at every pull: a registry added to a running node
+  # (RealNode.AddRegistry) is used from the next pull on.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
 `, filepath.Join(d, "containerd", "root"), filepath.Join(d, "containerd", "state"),
 		n.containerdSocket(), filepath.Join(d, "containerd", "ttrpc.sock"),
-		PauseImage, filepath.Join(d, "cni"))
+		PauseImage, filepath.Join(d, "cni"), filepath.Join(d, registryHostsDir))
+}
+
+// hostsTOML is containerd's hosts.toml for registry r's name, r.Host: a
+// mirror at r.NodeHost, plain HTTP, for pulls only (resolving a tag to a
+// digest, then fetching by digest), as a cluster's nodes are pointed at
+// a local registry. No server line: the default upstream would be
+// r.Host itself, which inside the node is the node's own loopback, where
+// nothing serves it, so an image of r.Host comes through the mirror or
+// not at all.
+func hostsTOML(r *Registry) string {
+	return fmt.Sprintf(`# Images named %s are pulled from the test's registry in the
+# control-plane namespace.
+[host."http://%s"]
+  capabilities = ["pull", "resolve"]
+`, r.Host, r.NodeHost)
 }
 
 func (n *RealNode) containerdSocket() string { return filepath.Join(n.Dir, "containerd.sock") }
@@ -110,7 +135,8 @@ clusterDNS: [%s]
 clusterDomain: cluster.local
 resolvConf: %q
 staticPodPath: %q
-# Images are imported, never pulled: keep them whatever the disk holds.
+# Images are imported or pulled once by a test: keep them whatever the
+# disk holds.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%"}

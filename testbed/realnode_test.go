@@ -28,7 +28,10 @@ const (
 // image on both, CoreDNS as kubeadm deploys it (two replicas of the
 // backend image), and on each node a client pod that resolves a Service
 // name through the search path, kubernetes.default and a name only the
-// stub upstream knows. Then Stop, and nothing of the run may be left: no
+// stub upstream knows; then pods whose images are pulled from a registry
+// the test started, on node-a through the mirror it started with, on
+// node-b once the mirror is added (registry_realnode_test.go). Then Stop,
+// and nothing of the run may be left: no
 // cgroup, namespace, directory or process, and the host's links,
 // addresses, mounts and the sysctls kubelet would write unchanged.
 func TestRealNodes(t *testing.T) {
@@ -63,10 +66,18 @@ func TestRealNodes(t *testing.T) {
 	if err := tb.SetStubRecord(externalName, net.ParseIP(externalIP)); err != nil {
 		t.Fatal(err)
 	}
+	reg, err := tb.StartRegistry(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	start = time.Now()
 	var nodes []*RealNode
-	for _, name := range []string{"node-a", "node-b"} {
-		n, err := tb.AddRealNode(ctx, name, RealNodeOptions{Images: archives})
+	for i, name := range []string{"node-a", "node-b"} {
+		opts := RealNodeOptions{Images: archives}
+		if i == 0 { // node-b gets the registry later, with AddRegistry
+			opts.Registries = []*Registry{reg}
+		}
+		n, err := tb.AddRealNode(ctx, name, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,6 +136,17 @@ func TestRealNodes(t *testing.T) {
 			t.Errorf("client on %s: %s, want Succeeded: %s", n.Name, phase, msg)
 		}
 	}
+	pause := archiveOf(t, archives, PauseImage)
+	t.Run("pull from registry", func(t *testing.T) {
+		testRegistryPull(ctx, t, tb, reg, nodes[0], pause)
+	})
+	t.Run("pull from registry added to a running node", func(t *testing.T) {
+		testPullNeedsMirror(ctx, t, tb, reg, nodes[1], pause)
+		if err := nodes[1].AddRegistry(reg); err != nil {
+			t.Fatal(err)
+		}
+		testRegistryPull(ctx, t, tb, reg, nodes[1], pause)
+	})
 	if d := diffLines(hostBefore, hostSnapshot(t), tb.Dir); d != "" {
 		t.Errorf("the host changed while real nodes ran:\n%s", d)
 	}
@@ -138,6 +160,18 @@ func TestRealNodes(t *testing.T) {
 	if d := diffLines(hostBefore, hostSnapshot(t), tb.Dir); d != "" {
 		t.Errorf("the host changed after Stop:\n%s", d)
 	}
+}
+
+// archiveOf returns the archive of ref among archives.
+func archiveOf(t *testing.T, archives []Archive, ref string) Archive {
+	t.Helper()
+	for _, a := range archives {
+		if a.Ref == ref {
+			return a
+		}
+	}
+	t.Fatalf("no archive of %s", ref)
+	return Archive{}
 }
 
 // imageListed reports whether `ctr images ls` output has ref with digest.

@@ -88,16 +88,17 @@ type Testbed struct {
 	restConfig *rest.Config
 	client     kubernetes.Interface
 
-	mu        sync.Mutex // guards the fields below
-	etcd      *Process
-	apiserver *Process
-	network   *network     // created by the first AddNode
-	proxies   []*KubeProxy // in start order
-	realNodes []*RealNode  // in start order (realnode.go)
-	rstate    *runState    // state of this run's real nodes, or nil
-	control   []*Process   // kube-controller-manager, kube-scheduler (controllers.go)
-	stubDNS   *stubDNS     // the node namespaces' upstream, or nil (stubdns.go)
-	stopped   bool
+	mu         sync.Mutex // guards the fields below
+	etcd       *Process
+	apiserver  *Process
+	network    *network     // created by the first AddNode
+	proxies    []*KubeProxy // in start order
+	realNodes  []*RealNode  // in start order (realnode.go)
+	rstate     *runState    // state of this run's real nodes, or nil
+	control    []*Process   // kube-controller-manager, kube-scheduler (controllers.go)
+	stubDNS    *stubDNS     // the node namespaces' upstream, or nil (stubdns.go)
+	registries []*Registry  // started by StartRegistry (registry.go)
+	stopped    bool
 }
 
 // Start starts etcd and kube-apiserver and returns once /readyz answers ok
@@ -264,7 +265,7 @@ func (tb *Testbed) Stop() error {
 	}
 	tb.stopped = true
 	proxies, nw, api, etcd := tb.proxies, tb.network, tb.apiserver, tb.etcd
-	realNodes, control, stub := tb.realNodes, tb.control, tb.stubDNS
+	realNodes, control, stub, registries := tb.realNodes, tb.control, tb.stubDNS, tb.registries
 	tb.mu.Unlock()
 
 	var errs []error
@@ -276,6 +277,9 @@ func (tb *Testbed) Stop() error {
 	}
 	if stub != nil {
 		errs = append(errs, stub.close())
+	}
+	for _, r := range registries {
+		errs = append(errs, r.close())
 	}
 	for _, kp := range proxies {
 		errs = append(errs, kp.proc.Stop())

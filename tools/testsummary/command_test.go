@@ -88,6 +88,9 @@ func TestReportCommand(t *testing.T) {
 		{"1", []string{"report", "testdata/pass.json"}, 1},
 		{"1", []string{"report", "-strict-skips=false", "testdata/pass.json"}, 0},
 		{"", []string{"report", "-strict-skips", "testdata/pass.json"}, 1},
+		{"1", []string{"report", "-expected-skips", "^kernel test: needs root$", "testdata/pass.json"}, 0},
+		{"1", []string{"report", "-expected-skips", "^other reason$", "testdata/pass.json"}, 1},
+		{"1", []string{"report", "-expected-skips", "(", "testdata/pass.json"}, 2},
 		{"", []string{"report", "testdata/pass.json", "testdata/failures.json"}, 1},
 		{"", []string{"report", "testdata/nonexistent.json"}, 1},
 		{"", []string{"report"}, 2},
@@ -97,6 +100,7 @@ func TestReportCommand(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.env+strings.Join(tt.args, " "), func(t *testing.T) {
 			t.Setenv("NODEDNS_STRICT_SKIPS", tt.env)
+			t.Setenv("NODEDNS_EXPECTED_SKIPS", "")
 			var stdout, stderr bytes.Buffer
 			if code := run(tt.args, &stdout, &stderr); code != tt.want {
 				t.Errorf("exit status %d, want %d\n%s%s", code, tt.want, stdout.String(), stderr.String())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -26,12 +27,15 @@ func passEvents(pkg, test string) []Event {
 func TestReport(t *testing.T) {
 	const notRoot = "kernel test: needs root to create network namespaces (run as root: sudo go test)"
 	const ipvs = "no IPVS in this kernel"
+	const cgroupV2 = "real nodes: no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids: real nodes are set up for cgroup v1"
+	expected := regexp.MustCompile(`^real nodes: no cgroup v1 `)
 	tests := []struct {
-		name   string
-		events [][]Event
-		strict bool
-		ok     bool
-		want   []string // lines the summary must hold
+		name     string
+		events   [][]Event
+		strict   bool
+		expected *regexp.Regexp
+		ok       bool
+		want     []string // lines the summary must hold
 	}{
 		{
 			name:   "skips count as a pass without strict",
@@ -62,6 +66,27 @@ func TestReport(t *testing.T) {
 			want:   []string{"     1  " + ipvs + "   [allowed: the kernel has no IPVS", "PASS (1 passed, 1 skipped)"},
 		},
 		{
+			name:     "strict: a reason the machine declares expected passes, and is counted",
+			events:   [][]Event{passEvents("p", "TestA"), skipEvents("p", "TestB", cgroupV2), skipEvents("p", "TestC", ipvs)},
+			strict:   true,
+			expected: expected,
+			ok:       true,
+			want: []string{
+				"     1  " + cgroupV2 + "   [expected on this machine: NODEDNS_EXPECTED_SKIPS]",
+				"PASS (1 passed, 2 skipped, 1 of them expected on this machine: NODEDNS_EXPECTED_SKIPS=^real nodes: no cgroup v1 )",
+			},
+		},
+		{
+			name:     "strict: an expected reason excuses no other skip",
+			events:   [][]Event{passEvents("p", "TestA"), skipEvents("p", "TestB", cgroupV2), skipEvents("p", "TestC", notRoot)},
+			strict:   true,
+			expected: expected,
+			want: []string{
+				"     1  " + notRoot + "   [ERROR: this machine should run it]",
+				"FAIL: 1 tests skipped for reasons this machine should meet",
+			},
+		},
+		{
 			name: "a failure fails the report, strict or not",
 			events: [][]Event{passEvents("p", "TestA"), {
 				{Action: "run", Package: "p", Test: "TestF"},
@@ -87,7 +112,7 @@ func TestReport(t *testing.T) {
 			}
 			r.Close()
 			var out strings.Builder
-			if ok := Report(&out, r, tt.strict); ok != tt.ok {
+			if ok := Report(&out, r, SkipPolicy{Strict: tt.strict, Expected: tt.expected}); ok != tt.ok {
 				t.Errorf("Report = %v, want %v", ok, tt.ok)
 			}
 			for _, w := range tt.want {
