@@ -56,7 +56,7 @@ func (r *runner) differ(format string, args ...any) {
 // and returns the frontend's, which is what the client sees.
 func (r *runner) ask(q *dns.Msg) *dns.Msg {
 	r.mu.Lock()
-	r.asked[strings.ToLower(q.Question[0].Name)] = true
+	r.asked[wireName(q)] = true
 	r.mu.Unlock()
 	f, b := r.pair(q, false)
 	if f != nil && b != nil && (f.Truncated || b.Truncated) {
@@ -249,4 +249,21 @@ func (r *runner) caseDependent(q, f, b *dns.Msg) bool {
 		seen[caseless(a)] = true
 	}
 	return len(seen) > 1 && seen[want]
+}
+
+// wireName is q's name as a server reads it (packed and unpacked: a
+// space or a dot inside a label escaped), in lower case, as the spy
+// records names.
+func wireName(q *dns.Msg) string {
+	name := q.Question[0].Name
+	buf := make([]byte, 256)
+	n, err := dns.PackDomainName(name, buf, 0, nil, false)
+	if err != nil {
+		return strings.ToLower(name)
+	}
+	out, _, err := dns.UnpackDomainName(buf[:n], 0)
+	if err != nil {
+		return strings.ToLower(name)
+	}
+	return strings.ToLower(out)
 }
