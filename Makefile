@@ -10,7 +10,7 @@ export CGO_ENABLED := 0
 # client-go, Helm) without it, to keep the suite's time and memory in bounds.
 RACE_PKGS := ./frontend/... ./shared/...
 
-.PHONY: help build test bench demo testbed tools images fuzz clean
+.PHONY: help build test bench demo testbed tools images fuzz clean difftest
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_.-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,6 +42,17 @@ test: build ## Run the whole test suite; as root, first install what it needs (t
 	$(TESTSUMMARY) run $(TEST_OUT)/rest.json -- \
 		$(GO) test -json -count=1 -timeout 60m $$($(GO) list ./... | grep -v -E '/nodedns/(frontend|shared)(/|$$)') || status=1; \
 	$(TESTSUMMARY) report $(TEST_OUT)/race.json $(TEST_OUT)/rest.json || status=1; \
+	exit $$status
+
+# `make difftest` runs the differential suite alone (difftest/README.md);
+# `make test` runs it too, with the rest. Its last line is the summary.
+DIFFTEST_OUT := $(BIN)/difftest.txt
+
+difftest: build ## Compare the frontend with the backend on every Corefile shape of the chart (root; about 5 min); last line: queries, differences, unasked upstream names.
+	@mkdir -p $(BIN); rm -f $(DIFFTEST_OUT)
+	@status=0; NODEDNS_DIFFTEST_SUMMARY=$(CURDIR)/$(DIFFTEST_OUT) NODEDNS_BACKEND_BIN=$(CURDIR)/$(BIN)/nodedns-backend NODEDNS_FRONTEND_BIN=$(CURDIR)/$(BIN)/nodedns-frontend \
+		$(GO) test -count=1 -timeout 20m -v -run '^(TestDifferential|FuzzDifferential)$$' ./difftest/ || status=$$?; \
+	if [ -s $(DIFFTEST_OUT) ]; then cat $(DIFFTEST_OUT); else echo "difftest: no summary (the suite did not run to its end)"; status=1; fi; \
 	exit $$status
 
 # Flags of `make bench`; the defaults shield the measurement from other work

@@ -27,10 +27,15 @@ func TestSearchPathAbove(t *testing.T) {
 		{"10-0-0-1.team-a.pod.cluster.local.", [aboveKeys]string{}}, // pod.DOMAIN is NODATA: no level
 		{"a.b.example.com.", [aboveKeys]string{}},
 		{"a.b.xcluster.local.", [aboveKeys]string{}},
-		// ns.dns.DOMAIN has A records while dns.DOMAIN is NXDOMAIN: the
-		// plugin breaks RFC 8020 there, so dns is no level.
+		// The plugin answers every name that begins with ns.dns.DOMAIN by
+		// its name-server rule, whatever is above it (ns.dns.DOMAIN has A
+		// records while dns.DOMAIN is NXDOMAIN); other names under dns are
+		// denied by it as under any label.
 		{"ns.dns.cluster.local.", [aboveKeys]string{}},
-		{"x.ns.dns.cluster.local.", [aboveKeys]string{}},
+		{"ns.dns.cluster.local.cluster.local.", [aboveKeys]string{}},
+		{"ns.dns.cluster.local.x.team-a.svc.cluster.local.", [aboveKeys]string{}},
+		{"x.ns.dns.cluster.local.", [aboveKeys]string{"", "", "dns.cluster.local."}},
+		{"ns.dns.cluster.localx.com.cluster.local.", [aboveKeys]string{"", "", "com.cluster.local."}},
 		{"ns.dnsx.cluster.local.", [aboveKeys]string{"", "", "dnsx.cluster.local."}},
 	}
 	s, err := newSearchPath("cluster.local")
@@ -59,6 +64,28 @@ func TestSearchPathAbove(t *testing.T) {
 		}
 		if got != tt.want {
 			t.Errorf("%s: above %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	// TXT: the plugin denies an existing namespace (it has no TXT record
+	// and no record of another type) while its Services are NODATA, so no
+	// namespace is a cut for TXT; the Service and domain levels are.
+	for _, tt := range []struct {
+		name string
+		want [aboveKeys]string
+	}{
+		{"x.web.team-a.svc.cluster.local.", [aboveKeys]string{"web.team-a.svc.cluster.local.", "", ""}},
+		{"web.team-a.svc.cluster.local.", [aboveKeys]string{}},
+		{"x.example.cluster.local.", [aboveKeys]string{"", "", "example.cluster.local."}},
+	} {
+		var b [aboveKeys][dnswire.MaxKeyLen]byte
+		var got [aboveKeys]string
+		for i, k := range s.above(keyOf(t, tt.name, dns.TypeTXT, nil), &b) {
+			if k != nil {
+				got[i], _, _ = dns.UnpackDomainName(dnswire.KeyName(k), 0)
+			}
+		}
+		if got != tt.want {
+			t.Errorf("%s TXT: above %q, want %q", tt.name, got, tt.want)
 		}
 	}
 	var nilPath *searchPath

@@ -168,37 +168,72 @@ func (s *searchPath) next(key []byte, dst *[searchKeys][dnswire.MaxKeyLen]byte) 
 const (
 	aboveService   = iota // SVC.NS.svc.DOMAIN: no such Service, so no endpoint, port or pod hostname under it
 	aboveNamespace        // NS.svc.DOMAIN: no such namespace (an existing one is NODATA)
-	aboveDomain           // L.DOMAIN, L none of the plugin's own labels (notUnderDomain)
+	aboveDomain           // L.DOMAIN, L none of the plugin's own labels (notDeniedBelow)
 	aboveKeys
 )
 
-// notDeniedBelow are the labels next to DOMAIN under which the kubernetes
-// plugin answers names although it denies the label's own name, or whose
-// subtree it answers by other rules: svc and pod (a namespace's names),
-// and dns, because ns.dns.DOMAIN has A records while dns.DOMAIN is
-// NXDOMAIN (the plugin's own break of RFC 8020).
-var notDeniedBelow = map[string]bool{"\x03svc": true, "\x03pod": true, "\x03dns": true}
+// Where an NXDOMAIN of the kubernetes plugin (CoreDNS v1.15
+// plugin/kubernetes) denies the names under it. The plugin answers a name
+// from its tree of objects (namespaces, Services, endpoints), and an
+// NXDOMAIN at one of the levels above says no object is there, so none is
+// under it either. It also answers some names by rules that bypass the
+// tree; where such a rule answers, nothing above says anything:
+//   - svc.DOMAIN and pod.DOMAIN hold the namespaces (notDeniedBelow): no
+//     level of the domain there.
+//   - Every name that begins with ns.dns.DOMAIN (ns.dns.DOMAIN itself, and
+//     ns.dns.DOMAIN.x.NS.svc.DOMAIN alike) is answered by the plugin's
+//     name-server rule, A or AAAA records or NODATA, whatever is above it:
+//     the plugin tests where DOMAIN first occurs in the name
+//     (isDefaultNS). No cut denies such a name (nameServerRule).
+//   - TXT is answered NXDOMAIN for every name without records of another
+//     type, an existing namespace included, while the Services under it
+//     are NODATA: for TXT a namespace's NXDOMAIN is no cut (levelHolds).
+//     At the Service and domain levels a name without records has nothing
+//     under it, so TXT's NXDOMAIN holds there.
+// The differential suite (difftest/) checks each against the plugin.
+
+// notDeniedBelow are the labels next to DOMAIN whose subtree the plugin
+// answers by namespace: svc and pod.
+var notDeniedBelow = map[string]bool{"\x03svc": true, "\x03pod": true}
+
+// levelHolds reports whether the plugin's NXDOMAIN for qtype at level
+// denies the names under it.
+func levelHolds(level int, qtype uint16) bool {
+	return level != aboveNamespace || qtype != dns.TypeTXT
+}
+
+// nameServerRule reports whether the plugin answers head.DOMAIN by its
+// name-server rule: head is ns.dns, or begins with ns.dns.DOMAIN.
+func (s *searchPath) nameServerRule(head []byte) bool {
+	const nsdns = "\x02ns\x03dns"
+	rest, ok := bytes.CutPrefix(head, []byte(nsdns))
+	return ok && (len(rest) == 0 || bytes.HasPrefix(rest, s.domain[:len(s.domain)-1]))
+}
 
 // above writes into dst the cache keys, with key's type, class and flags, of
 // the names above key's name at the three levels where an NXDOMAIN from the
 // kubernetes plugin holds for every name under it, and returns them indexed
 // by aboveService … aboveDomain, nil where key's name has no such name
-// above it. Below a Service the plugin does not keep RFC 8020
-// (_tcp.web.NS.svc.DOMAIN is NXDOMAIN, _http._tcp.web.NS.svc.DOMAIN an SRV
-// record), so no deeper name is returned. All are nil for a name outside
-// the cluster domain and for a nil searchPath.
+// above it, or where the plugin's NXDOMAIN there does not deny key's name
+// (levelHolds, nameServerRule). Below a Service the plugin does not keep
+// RFC 8020 (_tcp.web.NS.svc.DOMAIN is NXDOMAIN, _http._tcp.web.NS.svc.DOMAIN
+// an SRV record), so no deeper name is returned. All are nil for a name
+// outside the cluster domain and for a nil searchPath.
 func (s *searchPath) above(key []byte, dst *[aboveKeys][dnswire.MaxKeyLen]byte) (keys [aboveKeys][]byte) {
 	c := s.parse(key)
+	if c.head == nil || c.n < 2 || s.nameServerRule(c.head) {
+		return keys
+	}
+	qtype, _, _ := dnswire.KeyQuestion(key)
 	switch {
-	case c.head == nil || c.n < 2:
 	case c.last() == "\x03svc":
-		if c.n >= 3 {
+		if c.n >= 3 && levelHolds(aboveNamespace, qtype) {
 			keys[aboveNamespace] = c.key(&dst[aboveNamespace], c.off[1], len(c.head), s.domain)
 		}
-		if c.n >= 4 {
+		if c.n >= 4 && levelHolds(aboveService, qtype) {
 			keys[aboveService] = c.key(&dst[aboveService], c.off[2], len(c.head), s.domain)
 		}
-	case !notDeniedBelow[c.last()]:
+	case !notDeniedBelow[c.last()] && levelHolds(aboveDomain, qtype):
 		keys[aboveDomain] = c.key(&dst[aboveDomain], c.off[0], len(c.head), s.domain)
 	}
 	return keys

@@ -100,15 +100,38 @@ func startCoreDNS(ctx context.Context, e *Env, n *simNode) (*running, error) {
 	}, nil
 }
 
-// nodeLocalCorefile is node-cache's Corefile (kubernetes/dns
-// cmd/node-cache, iptables mode with the kube-dns IP bound locally) with
-// its placeholders filled in: __PILLAR__CLUSTER__DNS__ is the
-// kube-dns-upstream Service, __PILLAR__UPSTREAM__SERVERS__ the node's
-// resolvers.
+// nodeLocalCorefile is node-cache's Corefile for this harness: bound to
+// 169.254.20.10 and the kube-dns ClusterIP on port 53, the cluster zones
+// to the kube-dns-upstream Service, the rest to the node's resolvers.
 func nodeLocalCorefile() string {
-	bind := "bind " + LocalIP + " " + testbed.DNSServiceIP
+	return NodeLocalCorefile(NodeLocal{
+		Bind:       []string{LocalIP, testbed.DNSServiceIP},
+		Port:       53,
+		ClusterDNS: UpstreamServiceIP,
+		Upstream:   UpstreamIP,
+		Health:     LocalIP + ":8080",
+		Metrics:    ":9253",
+	})
+}
+
+// NodeLocal holds the values node-cache fills into its Corefile template.
+type NodeLocal struct {
+	Bind       []string // the addresses it owns (169.254.20.10 and the kube-dns ClusterIP)
+	Port       int      // 53
+	ClusterDNS string   // __PILLAR__CLUSTER__DNS__: the kube-dns-upstream Service, IP[:port]
+	Upstream   string   // __PILLAR__UPSTREAM__SERVERS__: the node's resolvers
+	Health     string   // the health plugin's address (cluster.local block)
+	Metrics    string   // the prometheus plugin's address
+}
+
+// NodeLocalCorefile is node-cache's Corefile (kubernetes/dns
+// cmd/node-cache, iptables mode with the kube-dns IP bound locally) with
+// its placeholders filled in from n.
+func NodeLocalCorefile(n NodeLocal) string {
+	bind := "bind " + strings.Join(n.Bind, " ")
+	port := fmt.Sprint(n.Port)
 	cluster := func(zone, extra string) string {
-		return zone + `:53 {
+		return zone + `:` + port + ` {
     errors
     cache {
         success 9984 30
@@ -117,23 +140,23 @@ func nodeLocalCorefile() string {
     reload
     loop
     ` + bind + `
-    forward . ` + UpstreamServiceIP + ` {
+    forward . ` + n.ClusterDNS + ` {
         force_tcp
     }
-    prometheus :9253
+    prometheus ` + n.Metrics + `
 ` + extra + `}
 `
 	}
-	return cluster("cluster.local", "    health "+LocalIP+":8080\n") +
+	return cluster("cluster.local", "    health "+n.Health+"\n") +
 		cluster("in-addr.arpa", "") +
-		cluster("ip6.arpa", "") + `.:53 {
+		cluster("ip6.arpa", "") + `.:` + port + ` {
     errors
     cache 30
     reload
     loop
     ` + bind + `
-    forward . ` + UpstreamIP + `
-    prometheus :9253
+    forward . ` + n.Upstream + `
+    prometheus ` + n.Metrics + `
 }
 `
 }
