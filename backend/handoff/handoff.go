@@ -56,11 +56,17 @@ type Handoff struct {
 // ScaleDown waits until the DaemonSet is rolled out with every pod ready,
 // then scales the Deployment to 0 replicas, recording its replicas in
 // ReplicasAnnotation in the same write. A Deployment that does not exist,
-// or is at 0 already, is left as it is.
+// or is at 0 already, is left as it is at once, without waiting.
 func (h *Handoff) ScaleDown(ctx context.Context) error {
 	d, err := h.deployment(ctx)
 	if err != nil || d == nil {
 		return err
+	}
+	// At 0 already (an upgrade after the install): nothing to wait for. A
+	// rollout of many nodes, one at a time, may take longer than a hook.
+	if specReplicas(d) == 0 {
+		h.Logf("Deployment %s/%s is at 0 replicas already (%s=%q): nothing to scale down", h.Namespace, h.Deployment, ReplicasAnnotation, d.Annotations[ReplicasAnnotation])
+		return nil
 	}
 	if err := h.waitDaemonSet(ctx); err != nil {
 		return err

@@ -81,6 +81,7 @@ func TestScaleDown(t *testing.T) {
 		{"no node", append(daemonSet(0, 0), deployment(2, "", 2)), context.DeadlineExceeded, 2, "", "0 nodes"},
 		{"no DaemonSet", []runtime.Object{deployment(2, "", 2)}, errNotFound, 2, "", ""},
 		{"at 0 already", append(daemonSet(2, 2), deployment(0, "2", 0)), nil, 0, "2", "nothing to scale down"},
+		{"at 0 already, rollout under way", append(daemonSet(2, 1), deployment(0, "2", 0)), nil, 0, "2", "nothing to scale down"},
 		{"no Deployment", daemonSet(2, 2), nil, -1, "", "nothing to hand off"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
