@@ -48,6 +48,9 @@ func TestHandoffHooks(t *testing.T) {
 		if j.Spec.BackoffLimit == nil || *j.Spec.BackoffLimit > 3 || j.Spec.ActiveDeadlineSeconds == nil || *j.Spec.ActiveDeadlineSeconds != 240 {
 			t.Errorf("%s: backoffLimit %v activeDeadlineSeconds %v", hook, j.Spec.BackoffLimit, j.Spec.ActiveDeadlineSeconds)
 		}
+		if _, ok := j.Spec.Template.Labels["app.kubernetes.io/instance"]; ok {
+			t.Errorf("%s: the Job's pods carry app.kubernetes.io/instance: kubectl get pods -l app.kubernetes.io/instance=nodedns would list them", hook)
+		}
 		pod := j.Spec.Template.Spec
 		c := pod.Containers[0]
 		want := []string{"nodedns-backend", "handoff", verb}
