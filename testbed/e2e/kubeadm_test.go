@@ -184,6 +184,13 @@ func checkKubeDNSService(ctx context.Context, t *testing.T, r *kubeadmRun) {
 	}); err != nil {
 		t.Errorf("kube-dns endpoints %s, want the nodes' %v", serviceEndpoints(ctx, t, r.tb, "kube-dns"), want)
 	}
+	// The CoreDNS pods take their grace period to go.
+	if err := waitUntil(ctx, func() bool {
+		pods, err := r.tb.Client().CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		return err == nil && len(pods.Items) == len(r.nodes)
+	}); err != nil {
+		t.Errorf("the CoreDNS pods did not go: %v\n%s", err, podStates(ctx, r.tb))
+	}
 	pods := kubectl(ctx, t, r.tb, "-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "name")
 	if strings.Count(pods, "pod/nodedns-") != len(r.nodes) || strings.Contains(pods, "coredns") {
 		t.Errorf("kubectl get pods -l k8s-app=kube-dns:\n%s\nwant the %d nodedns pods only", pods, len(r.nodes))
