@@ -1,6 +1,7 @@
 package images
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -129,10 +130,47 @@ func TestImagesReproducible(t *testing.T) {
 		if len(m.Layers) != w.layers {
 			t.Errorf("%s: %d layers, want %d", b.Name, len(m.Layers), w.layers)
 		}
+		checkBinaryCaps(t, b)
 		// The archive is an OCI layout go-containerregistry reads back.
 		checkArchive(t, filepath.Join(dirs[0], b.Name+".tar"), b)
 	}
 	checkIPTablesInImage(t, runs[0][0].Image)
+}
+
+// checkBinaryCaps wants the backend's binary to carry
+// cap_net_bind_service=+ep in its layer entry, and the frontend's none.
+func checkBinaryCaps(t *testing.T, b Built) {
+	t.Helper()
+	layers, err := b.Image.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := layers[len(layers)-1].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			t.Fatalf("%s: no usr/local/bin/%s in the last layer", b.Name, b.Name)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name != "usr/local/bin/"+b.Name {
+			continue
+		}
+		var want []byte
+		if b.Name == BackendName {
+			want, _ = FileCapabilities(CapNetBindService)
+		}
+		if got := h.PAXRecords[paxXattr+XattrCapability]; got != string(want) {
+			t.Errorf("%s: binary's %s = % x, want % x", b.Name, XattrCapability, got, want)
+		}
+		return
+	}
 }
 
 func fileSum(t *testing.T, path string) string {

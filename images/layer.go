@@ -31,7 +31,15 @@ type File struct {
 	Dir bool
 	// UID and GID own the entry.
 	UID, GID int
+	// Xattrs are extended attributes, written as PAX records
+	// "SCHILY.xattr.<name>" (the form containerd and runc unpack), e.g.
+	// "security.capability" from FileCapabilities.
+	Xattrs map[string][]byte
 }
+
+// paxXattr prefixes an extended attribute's PAX record name (GNU tar and
+// star's convention; archive/tar writes the records in sorted order).
+const paxXattr = "SCHILY.xattr."
 
 // FilesLayer writes files as one layer: entries sorted by path, each parent
 // directory present (0755 root), every timestamp set to mtime, no user or
@@ -62,6 +70,12 @@ func FilesLayer(files []File, mtime time.Time) (v1.Layer, error) {
 	for _, p := range paths {
 		f := byPath[p]
 		h := &tar.Header{Name: p, Mode: f.Mode, Uid: f.UID, Gid: f.GID, ModTime: mtime.UTC(), Format: tar.FormatPAX}
+		if len(f.Xattrs) > 0 {
+			h.PAXRecords = make(map[string]string, len(f.Xattrs))
+			for k, v := range f.Xattrs {
+				h.PAXRecords[paxXattr+k] = string(v)
+			}
+		}
 		if f.Dir {
 			h.Typeflag, h.Name = tar.TypeDir, p+"/"
 		} else {

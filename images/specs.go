@@ -18,9 +18,11 @@ const (
 	BackendName  = "nodedns-backend"
 )
 
-// backendUser is distroless's "nonroot": the backend binds only
-// unprivileged ports (5300, 5301, 8181, 9153, 9155) and needs no
-// capability.
+// backendUser is distroless's "nonroot". The backend's binary carries the
+// file capability cap_net_bind_service=+ep (as CoreDNS's own image does),
+// so that a Corefile may serve port 53, e.g. on the node's IP with
+// hostNetwork, when the pod spec adds NET_BIND_SERVICE; without that the
+// capability is not in the bounding set and the file grants nothing.
 const backendUser = "65532:65532"
 
 // pathEnv is the PATH of both images; iptables lives in /usr/sbin.
@@ -47,23 +49,28 @@ func Frontend(ctx context.Context, t Tree, registry string, logf func(string, ..
 	if err != nil {
 		return Built{}, err
 	}
-	return t.image(registry, FrontendName, []v1.Layer{base}, bin, "")
+	return t.image(registry, FrontendName, []v1.Layer{base}, bin, "", nil)
 }
 
 // Backend builds nodedns-backend: /usr/local/bin/nodedns-backend alone (a
 // static binary that embeds its default Corefile; the chart mounts one and
-// passes -conf), as uid and gid 65532.
+// passes -conf), as uid and gid 65532, with the file capability
+// cap_net_bind_service=+ep.
 func Backend(ctx context.Context, t Tree, registry string) (Built, error) {
 	bin, err := t.GoBuild(ctx, "./backend")
 	if err != nil {
 		return Built{}, err
 	}
-	return t.image(registry, BackendName, nil, bin, backendUser)
+	caps, err := FileCapabilities(CapNetBindService)
+	if err != nil {
+		return Built{}, err
+	}
+	return t.image(registry, BackendName, nil, bin, backendUser, map[string][]byte{XattrCapability: caps})
 }
 
-func (t Tree) image(registry, name string, base []v1.Layer, bin []byte, user string) (Built, error) {
+func (t Tree) image(registry, name string, base []v1.Layer, bin []byte, user string, xattrs map[string][]byte) (Built, error) {
 	exe := "/usr/local/bin/" + name
-	binLayer, err := FilesLayer([]File{{Path: exe, Data: bin, Mode: 0o755}}, t.Epoch)
+	binLayer, err := FilesLayer([]File{{Path: exe, Data: bin, Mode: 0o755, Xattrs: xattrs}}, t.Epoch)
 	if err != nil {
 		return Built{}, fmt.Errorf("image %s: %w", name, err)
 	}
