@@ -30,6 +30,7 @@ require (
 	github.com/infobloxopen/go-trees v0.0.0-20200715205103-96a057b8dfb9 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
+	github.com/ulikunitz/xz v0.5.17 // indirect
 )
 
 require (
