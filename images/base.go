@@ -3,8 +3,8 @@ package images
 import (
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
 	"context"
+	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
