@@ -1,10 +1,10 @@
 package release
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -72,12 +72,16 @@ func PackageChart(registry, version string) ([]byte, *chart.Chart, error) {
 }
 
 // setImageValues sets image.tag to "" and each image's repository to
-// <registry>/<image> in a values.yaml, keeping everything else as written.
+// <registry>/<image> in a values.yaml. Only those scalars' text changes:
+// comments and blank lines stay as written (a YAML re-encoding would drop
+// the blank lines), and the result is parsed again to check it.
 func setImageValues(values []byte, registry string) ([]byte, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(values, &doc); err != nil {
 		return nil, fmt.Errorf("values.yaml: %w", err)
 	}
+	lines := strings.Split(string(values), "\n")
+	want := map[string]string{"image.tag": ""}
 	set := func(path []string, v string) error {
 		n := &doc
 		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
@@ -97,13 +101,17 @@ func setImageValues(values []byte, registry string) ([]byte, error) {
 			}
 			n = next
 		}
-		if n.Kind != yaml.ScalarNode {
+		if n.Kind != yaml.ScalarNode || n.Line < 1 || n.Line > len(lines) || n.Column < 1 {
 			return fmt.Errorf("values.yaml: %s is not a scalar", strings.Join(path, "."))
 		}
-		n.Value, n.Tag, n.Style = v, "!!str", 0
-		if v == "" {
-			n.Style = yaml.DoubleQuotedStyle
+		line := lines[n.Line-1]
+		start := n.Column - 1
+		end, err := scalarEnd(line, start)
+		if err != nil {
+			return fmt.Errorf("values.yaml line %d (%s): %w", n.Line, strings.Join(path, "."), err)
 		}
+		lines[n.Line-1] = line[:start] + strconv.Quote(v) + line[end:]
+		want[strings.Join(path, ".")] = v
 		return nil
 	}
 	for _, name := range []string{images.FrontendName, images.BackendName} {
@@ -114,14 +122,47 @@ func setImageValues(values []byte, registry string) ([]byte, error) {
 	if err := set([]string{"image", "tag"}, ""); err != nil {
 		return nil, err
 	}
-	var b bytes.Buffer
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(&doc); err != nil {
-		return nil, fmt.Errorf("values.yaml: %w", err)
+	out := []byte(strings.Join(lines, "\n"))
+	vals, err := chartutil.ReadValues(out)
+	if err != nil {
+		return nil, fmt.Errorf("edited values.yaml: %w", err)
 	}
-	if err := enc.Close(); err != nil {
-		return nil, fmt.Errorf("values.yaml: %w", err)
+	for k, v := range want {
+		if got, err := vals.PathValue(k); err != nil || got != v {
+			return nil, fmt.Errorf("edited values.yaml: %s = %v (%v), want %q", k, got, err, v)
+		}
 	}
-	return b.Bytes(), nil
+	return out, nil
+}
+
+// scalarEnd returns where the single-line scalar starting at line[start]
+// ends: after its closing quote, or before a comment or the line's end.
+func scalarEnd(line string, start int) (int, error) {
+	if start >= len(line) {
+		return 0, fmt.Errorf("no scalar at column %d", start+1)
+	}
+	switch q := line[start]; q {
+	case '"', '\'':
+		for i := start + 1; i < len(line); i++ {
+			if line[i] == '\\' && q == '"' {
+				i++
+				continue
+			}
+			if line[i] == q {
+				if q == '\'' && i+1 < len(line) && line[i+1] == '\'' {
+					i++
+					continue
+				}
+				return i + 1, nil
+			}
+		}
+		return 0, fmt.Errorf("unterminated quoted scalar")
+	case '|', '>', '&', '*', '!':
+		return 0, fmt.Errorf("want a plain or quoted scalar")
+	}
+	end := len(line)
+	if i := strings.Index(line[start:], " #"); i >= 0 {
+		end = start + i
+	}
+	return start + len(strings.TrimRight(line[start:end], " \t")), nil
 }
