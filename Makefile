@@ -76,7 +76,7 @@ testbed: tools ## Run etcd + kube-apiserver in the foreground; prints a kubeconf
 
 FUZZTIME ?= 30s
 fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each.
-	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' frontend shared); do \
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' frontend shared images); do \
 		pkg=./$$(dirname $$f); \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 			echo "== $$pkg $$t"; \
