@@ -32,7 +32,7 @@ const (
 	// baseVersion names the cache entry together with the lock's digest;
 	// bump it when the way the layer is made changes, so that an old
 	// cached layer is not reused.
-	baseVersion = "2"
+	baseVersion = "3"
 	// DefaultDebianMirror is where the .debs come from; the
 	// NODEDNS_DEBIAN_MIRROR environment variable overrides it.
 	DefaultDebianMirror = "http://deb.debian.org/debian"

@@ -7,6 +7,7 @@ import (
 	"io"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -33,6 +34,12 @@ var dropped = []string{
 	"usr/share/man/", "usr/share/info/", "usr/share/locale/", "usr/share/lintian/",
 	"usr/share/bug/", "usr/share/doc-base/", "usr/share/bash-completion/", "usr/share/zsh/",
 }
+
+// droppedLibDirs are directories of usr/lib/<multiarch triplet>/ left out:
+// glibc's iconv charset modules (gconv), which only iconv_open loads and
+// which nothing in a container image of static Go binaries and iptables
+// calls: 7.7 MiB on amd64, 18.7 MiB on arm64 (64 KiB page alignment).
+var droppedLibDirs = []string{"gconv"}
 
 // Entry is one member of a root filesystem.
 type Entry struct {
@@ -218,6 +225,12 @@ func symlinkTarget(orig, moved, target string) string {
 func isDropped(p string) bool {
 	for _, d := range dropped {
 		if strings.HasPrefix(p+"/", d) {
+			return true
+		}
+	}
+	if rest, ok := strings.CutPrefix(p, "usr/lib/"); ok {
+		parts := strings.Split(rest, "/")
+		if len(parts) >= 2 && strings.Count(parts[0], "-") >= 2 && slices.Contains(droppedLibDirs, parts[1]) {
 			return true
 		}
 	}

@@ -41,6 +41,9 @@ func TestRootFS(t *testing.T) {
 		{name: "./usr/share/doc/pkg-a/copyright", typ: tar.TypeReg, data: "GPL"},
 		{name: "./usr/share/doc/pkg-a/changelog.gz", typ: tar.TypeReg, data: "log"},
 		{name: "./usr/share/man/man8/x.8.gz", typ: tar.TypeReg, data: "man"},
+		{name: "./usr/lib/x86_64-linux-gnu/gconv/UTF-7.so", typ: tar.TypeReg, data: "iconv"},
+		{name: "./usr/lib/x86_64-linux-gnu/libkeep.so", typ: tar.TypeReg, data: "keep"},
+		{name: "./usr/lib/gconv/not-multiarch", typ: tar.TypeReg, data: "kept"},
 		{name: "./dev/null", typ: tar.TypeChar},
 	})
 	b := makeDeb(t, "pkg-b", []tarEntry{
