@@ -3,6 +3,8 @@ package images
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -74,6 +76,11 @@ func Backend(ctx context.Context, t Tree, registry string) (Built, error) {
 func BuildImage(ctx context.Context, t Tree, registry, name string, archs []string, logf func(string, ...any)) (Built, error) {
 	if len(archs) == 0 {
 		archs = Architectures
+	}
+	for _, arch := range archs {
+		if !slices.Contains(Architectures, arch) {
+			return Built{}, fmt.Errorf("image %s: architecture %q: want one of %s", name, arch, strings.Join(Architectures, ", "))
+		}
 	}
 	b := Built{Name: name, Ref: registry + "/" + name + ":" + t.Version, Tag: t.Version}
 	for _, arch := range archs {
