@@ -137,7 +137,8 @@ func TestFilesLayerXattrs(t *testing.T) {
 // no_new_privs (allowPrivilegeEscalation: false). Unpacked from a layer
 // written by FilesLayer (GNU tar applies the SCHILY.xattr record, as
 // containerd does), with FileCapabilities it binds port 53 in a throwaway
-// network namespace; the same binary without them cannot.
+// network namespace; the same binary without them cannot; and with them but
+// without NET_BIND_SERVICE in the bounding set, execve refuses it.
 func TestFileCapabilityBindsPort53(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("not root: cannot change user or set security.capability")
@@ -190,27 +191,39 @@ func TestFileCapabilityBindsPort53(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var others []string
+	var others, all []string
 	for c := 0; c <= n; c++ {
+		all = append(all, strconv.Itoa(c))
 		if c != CapNetBindService {
 			others = append(others, strconv.Itoa(c))
 		}
 	}
-	run := func(name string) (string, error) {
+	run := func(name string, drop []string) (string, error) {
 		// The bounding set first (that needs CAP_SETPCAP, gone after the
 		// uid change), then keep the permitted set across setuid, as
 		// runc does for a non-root container user.
+		keep := "--caps=cap_net_bind_service+p"
+		if len(drop) == len(all) {
+			keep = "--caps="
+		}
 		cmd := exec.Command("unshare", "--net", "capsh",
-			"--drop="+strings.Join(others, ","), "--inh=",
-			"--keep=1", "--gid=65532", "--uid=65532", "--caps=cap_net_bind_service+p",
+			"--drop="+strings.Join(drop, ","), "--inh=",
+			"--keep=1", "--gid=65532", "--uid=65532", keep,
 			"--no-new-privs", "--shell="+filepath.Join(dir, name), "--")
 		out, err := cmd.CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
-	if out, err := run("with-cap"); err != nil || out != "bound" {
+	if out, err := run("with-cap", others); err != nil || out != "bound" {
 		t.Errorf("with cap_net_bind_service=+ep: %v: %s", err, out)
 	}
-	if out, err := run("without-cap"); err == nil || !strings.Contains(out, "permission denied") {
+	if out, err := run("without-cap", others); err == nil || !strings.Contains(out, "permission denied") {
 		t.Errorf("without file capabilities: %v: %s; want bind refused", err, out)
+	}
+	// The effective bit makes the binary "capability-dumb" to the kernel:
+	// when the bounding set lacks a capability the file forces, execve
+	// fails (EPERM) rather than run it without. A pod that drops ALL and
+	// does not add NET_BIND_SERVICE cannot start the backend.
+	if out, err := run("with-cap", all); err == nil || !strings.Contains(out, "execve") {
+		t.Errorf("with cap_net_bind_service=+ep and an empty bounding set: %v: %s; want execve refused", err, out)
 	}
 }

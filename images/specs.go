@@ -23,8 +23,9 @@ const (
 // backendUser is distroless's "nonroot". The backend's binary carries the
 // file capability cap_net_bind_service=+ep (as CoreDNS's own image does),
 // so that a Corefile may serve port 53, e.g. on the node's IP with
-// hostNetwork, when the pod spec adds NET_BIND_SERVICE; without that the
-// capability is not in the bounding set and the file grants nothing.
+// hostNetwork. The pod spec must add NET_BIND_SERVICE: the effective bit
+// makes the kernel refuse to execve the binary (EPERM) when the bounding
+// set lacks a capability the file forces, as it does CoreDNS's.
 const backendUser = "65532:65532"
 
 // pathEnv is the PATH of both images; iptables lives in /usr/sbin.
