@@ -239,14 +239,6 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// tailString returns at most the last n bytes of b.
-func tailString(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.TrimSpace(string(b))
-}
-
 func sha256Bytes(b []byte) []byte {
 	s := sha256.Sum256(b)
 	return s[:]

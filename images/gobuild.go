@@ -167,3 +167,11 @@ func GoBuildInArch(ctx context.Context, dir, pkg, out, ldflags, arch string) ([]
 	}
 	return b, nil
 }
+
+// tailString returns at most the last n bytes of b.
+func tailString(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}
