@@ -29,10 +29,13 @@ const (
 // as permitted and effective ("setcap cap_x,cap_y=+ep"). A process that
 // runs as a non-root user loses its capabilities at execve unless the file
 // carries them; with this attribute execve gives them back where the
-// bounding set holds them (a pod's securityContext.capabilities.add). With
-// no_new_privs (allowPrivilegeEscalation: false) execve still grants them,
-// because the runtime already put them in the permitted set before it ran
-// the entrypoint, so nothing is gained.
+// bounding set holds them (a pod's securityContext.capabilities.add).
+// Under no_new_privs (allowPrivilegeEscalation: false) the kernel grants
+// them only if the process already held them in its permitted set before
+// the execve, as containerd's runc leaves a container's added capabilities;
+// a runtime that empties the permitted set of non-root users (Docker,
+// CRI-O) makes the attribute grant nothing there (TestFileCapabilityBindsPort53
+// shows both sides).
 func FileCapabilities(caps ...int) ([]byte, error) {
 	var permitted [2]uint32
 	for _, c := range caps {
