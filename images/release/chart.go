@@ -34,6 +34,16 @@ func PackageChart(registry, version string) ([]byte, *chart.Chart, error) {
 		return nil, nil, err
 	}
 	c.Metadata.Version, c.Metadata.AppVersion = version, version
+	// Artifact Hub lists the images the chart deploys by default: the
+	// released ones.
+	if c.Metadata.Annotations == nil {
+		c.Metadata.Annotations = map[string]string{}
+	}
+	var listed strings.Builder
+	for _, name := range []string{images.FrontendName, images.BackendName} {
+		fmt.Fprintf(&listed, "- name: %s\n  image: %s/%s:%s\n", name, registry, name, version)
+	}
+	c.Metadata.Annotations["artifacthub.io/images"] = listed.String()
 	if err := c.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("chart version %q: %w", version, err)
 	}

@@ -60,6 +60,13 @@ func TestPackageChart(t *testing.T) {
 			t.Errorf("%s = %v (%v), want %q", k, got, err, want)
 		}
 	}
+	wantImages := "- name: nodedns-frontend\n  image: r.example/x/nodedns-frontend:0.3.0\n- name: nodedns-backend\n  image: r.example/x/nodedns-backend:0.3.0\n"
+	if got := c.Metadata.Annotations["artifacthub.io/images"]; got != wantImages {
+		t.Errorf("artifacthub.io/images:\n%s\nwant:\n%s", got, wantImages)
+	}
+	if c.Schema == nil {
+		t.Error("the packaged chart has no values.schema.json")
+	}
 	if _, _, err := PackageChart("r.example/x", "not a version"); err == nil {
 		t.Error("version \"not a version\": no error")
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/nodedns/nodedns/backend/handoff"
 	"github.com/nodedns/nodedns/helm"
-	"github.com/nodedns/nodedns/images"
 	"github.com/nodedns/nodedns/testbed"
 )
 
@@ -27,7 +26,8 @@ type kubeadmRun struct {
 	tb        *testbed.Testbed
 	nodes     []*testbed.RealNode
 	imgs      nodeImages
-	results   string // the clients' load.log files
+	rel       *published // nodedns released into a registry the test started
+	results   string     // the clients' load.log files
 	cfg       *action.Configuration
 	installed bool
 }
@@ -55,7 +55,8 @@ func kubeadmPath(ctx context.Context, t *testing.T, installed bool) *kubeadmRun 
 		for _, n := range nodes {
 			startClient(ctx, t, tb, n.Name, results, checks)
 		}
-		kubeadmShared = &kubeadmRun{tb: tb, nodes: nodes, imgs: imgs, results: results, cfg: helmConfig(t, tb)}
+		rel := publishRelease(ctx, s, tb, nodes)
+		kubeadmShared = &kubeadmRun{tb: tb, nodes: nodes, imgs: imgs, rel: rel, results: results, cfg: helmConfig(t, tb)}
 		// Clients resolve through CoreDNS for a while first.
 		steps := &stepLog{}
 		steps.begin("a. kubeadm's CoreDNS Deployment (2 replicas)", "kubectl -n kube-system get deploy coredns")
@@ -76,24 +77,13 @@ func kubeadmPath(ctx context.Context, t *testing.T, installed bool) *kubeadmRun 
 	return r
 }
 
-// nodednsChart is where the one-command install takes nodedns from, the
-// one place to switch to a registry: today the chart from the tree, with
-// the images imported into the nodes (ctr import) named by the only
-// values given; from a test registry it is the chart pulled from oci://
-// and no values.
-func nodednsChart(t *testing.T, imgs nodeImages) (*chart.Chart, map[string]any) {
+// nodednsChart is what the one-command install takes: the chart pulled
+// from the test's registry (`helm install oci://…/nodedns --version V`)
+// and no values; the nodes' containerd pulls its images from the same
+// registry through their hosts.toml mirror.
+func nodednsChart(t *testing.T, r *kubeadmRun) (*chart.Chart, map[string]any) {
 	t.Helper()
-	c, err := helm.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := imgs.frontend.Ref
-	return c, map[string]any{"image": map[string]any{
-		"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
-		"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},
-		"tag":        ref[strings.LastIndexByte(ref, ':')+1:],
-		"pullPolicy": "Never",
-	}}
+	return r.rel.chart(t), map[string]any{}
 }
 
 // install runs `helm install nodedns <chart> -n kube-system` and checks
@@ -102,7 +92,7 @@ func nodednsChart(t *testing.T, imgs nodeImages) (*chart.Chart, map[string]any) 
 func (r *kubeadmRun) install(ctx context.Context, t *testing.T, steps *stepLog) {
 	t.Helper()
 	c := r.tb.Client()
-	chrt, values := nodednsChart(t, r.imgs)
+	chrt, values := nodednsChart(t, r)
 	steps.begin("b. helm install nodedns (no values): nodedns on every node, CoreDNS scaled to 0 by the post-install hook", "helm install nodedns oci://…/nodedns -n kube-system")
 	// When was every node served: the DaemonSet rolled out, each pod
 	// ready (the frontend is ready once it has taken the node's DNS over).
@@ -133,6 +123,7 @@ func (r *kubeadmRun) install(ctx context.Context, t *testing.T, steps *stepLog) 
 		t.Fatalf("helm install: %v\n%s", err, podStates(ctx, r.tb))
 	}
 	r.installed = true
+	r.rel.pulledByNodes(t)
 	select {
 	case d := <-served:
 		t.Logf("b: helm install returned after %s; every node served %s after it started", took.Round(100*time.Millisecond), d.Round(100*time.Millisecond))
@@ -301,7 +292,7 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	tb := r.tb
 	steps := &stepLog{}
 	defer report(t, r.nodes, r.results, steps)
-	chrt, values := nodednsChart(t, r.imgs)
+	chrt, values := nodednsChart(t, r)
 	// Test-only: step d2 creates this file to get the frontend OOM-killed
 	// (frontend/README.md, "ENVIRONMENT").
 	values["frontend"] = map[string]any{"env": []any{map[string]any{"name": "NODEDNS_TEST_OOM_FILE", "value": oomFile}}}
