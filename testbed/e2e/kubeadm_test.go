@@ -124,6 +124,7 @@ func (r *kubeadmRun) install(ctx context.Context, t *testing.T, steps *stepLog) 
 	}
 	r.installed = true
 	r.rel.pulledByNodes(t)
+	diagnoseInPods(ctx, t, r.tb, r.nodes)
 	select {
 	case d := <-served:
 		t.Logf("b: helm install returned after %s; every node served %s after it started", took.Round(100*time.Millisecond), d.Round(100*time.Millisecond))

@@ -9,6 +9,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodedns/nodedns/images"
 	"github.com/nodedns/nodedns/images/release"
@@ -100,6 +101,41 @@ func (p *published) pulledByNodes(t testing.TB) {
 		}
 		if !found {
 			t.Errorf("no node pulled %s from the registry %s: its image came from elsewhere", name, p.reg.Host)
+		}
+	}
+}
+
+// diagnoseInPods runs the command NOTES.txt gives, `kubectl exec POD -c
+// frontend -- nodedns-frontend diagnose --pid=1`, through each node's
+// runtime (the testbed's API server does not reach kubelet's exec): the
+// frontend's image has no shell, and the command must still find the
+// running frontend's flags and report on the node.
+func diagnoseInPods(ctx context.Context, t *testing.T, tb *testbed.Testbed, nodes []*testbed.RealNode) {
+	t.Helper()
+	for _, n := range nodes {
+		pods, err := tb.Client().CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: nodednsSelector, FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := ""
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name == "frontend" && cs.State.Running != nil {
+					id = cs.ContainerID
+				}
+			}
+		}
+		if id == "" {
+			t.Errorf("%s: no running frontend container", n.Name)
+			continue
+		}
+		out, err := n.ExecContainer(ctx, id, "nodedns-frontend", "diagnose", "--pid=1", "--timeout=1s")
+		t.Logf("%s: nodedns-frontend diagnose --pid=1 (%v):\n%s", n.Name, err, out)
+		// Exit 1 is a failed check, which the testbed may have (no
+		// kubelet config in the container); 2 is a usage error: the
+		// flags were not found. The listener checks must have run.
+		if strings.Contains(string(out), "usage") || !strings.Contains(string(out), "listener") {
+			t.Errorf("%s: diagnose --pid=1 did not run its checks with the frontend's flags", n.Name)
 		}
 	}
 }
