@@ -87,7 +87,7 @@ testbed: tools ## Run etcd + kube-apiserver in the foreground; prints a kubeconf
 
 FUZZTIME ?= 30s
 fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each.
-	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' frontend shared); do \
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' frontend shared images); do \
 		pkg=./$$(dirname $$f); \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 			echo "== $$pkg $$t"; \
@@ -97,8 +97,17 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each.
 
 REGISTRY  ?= ghcr.io/nodedns
 
-images: ## Write OCI archives of the nodedns-frontend and nodedns-backend images to bin/images, without a Docker engine (images/README.md).
-	$(GO) run ./images/cmd/nodedns-images -out $(BIN)/images -registry $(REGISTRY) -version $(VERSION)
+# The images' tag: VERSION when given on the command line or in the
+# environment, else the chart's appVersion (what the chart deploys).
+IMAGE_VERSION = $(if $(filter command line environment,$(origin VERSION)),$(VERSION))
+
+images: ## Write OCI archives (linux/amd64 + linux/arm64 indexes) of nodedns-frontend and nodedns-backend to bin/images, without root or a Docker engine (images/README.md).
+	$(GO) run ./images/cmd/nodedns-images -out $(BIN)/images -registry $(REGISTRY) -version '$(IMAGE_VERSION)'
+
+.PHONY: release
+release: ## Push both multi-arch image indexes and the chart (oci://REGISTRY/nodedns:VERSION): make release REGISTRY=... VERSION=... [PLAIN_HTTP=1] (images/README.md).
+	@test -n '$(IMAGE_VERSION)' || { echo 'make release: set VERSION=<semver>, e.g. make release REGISTRY=ghcr.io/owner/nodedns VERSION=0.2.0'; exit 2; }
+	$(GO) run ./images/cmd/nodedns-images -release -registry $(REGISTRY) -version '$(IMAGE_VERSION)' $(if $(PLAIN_HTTP),-insecure)
 
 .PHONY: pod.yaml
 pod.yaml: ## Regenerate pod.yaml and the values table of helm/nodedns/README.md from the chart.
@@ -111,4 +120,4 @@ clean: ## Remove build output.
 .PHONY: e2e
 e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node namespaces, images built here (root; testbed/README.md).
 	tools/k8s/build.sh realnode
-	$(GO) test -count=1 -timeout 30m -v -run '^(TestRealNode|TestImages|TestMigration|TestLinkLocal|TestNodeIP)' ./images/ ./testbed/ ./testbed/e2e/
+	$(GO) test -count=1 -timeout 30m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP)' ./images/ ./testbed/ ./testbed/e2e/

@@ -12,6 +12,8 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/coremain"
+
+	"github.com/nodedns/nodedns/backend/handoff"
 )
 
 // version is stamped by the Makefile (-ldflags -X main.version=...).
@@ -44,6 +46,11 @@ var envDefaults = []struct{ name, value string }{
 }
 
 func main() {
+	// The chart's Helm hooks run the same image as `nodedns-backend
+	// handoff ...` (backend/handoff): no second image to build and pull.
+	if len(os.Args) > 1 && os.Args[1] == "handoff" {
+		os.Exit(handoff.Main(os.Args[2:], os.Stderr))
+	}
 	if listPlugins(os.Args[1:]) {
 		// coremain's -plugins lists every plugin package linked in, which
 		// includes four that forward, kubernetes and cache import for their

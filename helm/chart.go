@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -44,6 +45,10 @@ type Options struct {
 	// (".Capabilities.KubeVersion"), e.g. "v1.28.0". Default
 	// DefaultKubeVersion.
 	KubeVersion string
+	// Cluster, when set, is the API server the templates' lookup calls
+	// read, as `helm install` has it; nil renders as `helm template` does,
+	// where lookup finds nothing.
+	Cluster *rest.Config
 }
 
 func (o Options) withDefaults() Options {
@@ -97,6 +102,9 @@ type Rendering struct {
 	// Manifests are the rendered objects in Helm's install order, each
 	// with the template it came from.
 	Manifests []releaseutil.Manifest
+	// Hooks are the rendered Helm hooks (the CoreDNS handoff Jobs), in
+	// Helm's order, each with its template; they are not part of Manifests.
+	Hooks []releaseutil.Manifest
 	// Notes is the rendered NOTES.txt.
 	Notes string
 }
@@ -127,7 +135,12 @@ func Render(values map[string]any, opts Options) (*Rendering, error) {
 	if err != nil {
 		return nil, fmt.Errorf("values: %w", err)
 	}
-	out, err := engine.Render(c, vals)
+	var out map[string]string
+	if opts.Cluster != nil {
+		out, err = engine.RenderWithClient(c, vals, opts.Cluster)
+	} else {
+		out, err = engine.Render(c, vals)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("render: %w", err)
 	}
@@ -144,8 +157,8 @@ func Render(values map[string]any, opts Options) (*Rendering, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sort manifests: %w", err)
 	}
-	if len(hooks) > 0 {
-		return nil, fmt.Errorf("the chart has %d hooks; it is meant to have none", len(hooks))
+	for _, h := range hooks {
+		r.Hooks = append(r.Hooks, releaseutil.Manifest{Name: h.Path, Content: h.Manifest})
 	}
 	r.Manifests = manifests
 	return r, nil

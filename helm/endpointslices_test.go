@@ -8,7 +8,8 @@ import (
 
 // TestEndpointSlicesValue checks backend.endpointSlices: the backend's
 // environment carries it into the Corefile's nodedns_kubernetes stanza,
-// spec by default, and anything but spec or all fails the render.
+// spec by default, and anything but spec or all fails the render (the
+// schema).
 func TestEndpointSlicesValue(t *testing.T) {
 	for _, tc := range []struct {
 		values string
@@ -26,7 +27,8 @@ func TestEndpointSlicesValue(t *testing.T) {
 			}
 			r, err := Render(vals, Options{})
 			if tc.want == "" {
-				if err == nil || !strings.Contains(err.Error(), `backend.endpointSlices must be "spec" or "all"`) {
+				// values.schema.json names the key and the values allowed.
+				if err == nil || !strings.Contains(err.Error(), `at '/backend/endpointSlices': value must be one of 'spec', 'all'`) {
 					t.Fatalf("render error %v, want one naming backend.endpointSlices", err)
 				}
 				return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -34,8 +35,17 @@ var strictYAML = json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.S
 // Objects decodes every manifest strictly. Kinds unknown to client-go are
 // decoded into Unstructured (after a strict YAML check for duplicate keys).
 func (r *Rendering) Objects() ([]Object, error) {
+	return decode(r.Manifests)
+}
+
+// HookObjects decodes the hooks' manifests as Objects does.
+func (r *Rendering) HookObjects() ([]Object, error) {
+	return decode(r.Hooks)
+}
+
+func decode(manifests []releaseutil.Manifest) ([]Object, error) {
 	var objs []Object
-	for _, m := range r.Manifests {
+	for _, m := range manifests {
 		data := []byte(m.Content)
 		obj, gvk, err := strictYAML.Decode(data, nil, nil)
 		if runtime.IsNotRegisteredError(err) {

@@ -15,12 +15,16 @@ const podYAMLHeader = `# nodedns: the DaemonSet and what it needs (ServiceAccoun
 # Apply with: kubectl apply --server-side -f pod.yaml
 # The kube-dns Service (10.96.0.10) and the fallback Service (10.96.0.11)
 # assume kubeadm's service CIDR; render the chart to change them. Needs
-# Kubernetes 1.29 or later: the backend runs as a native sidecar.
+# Kubernetes 1.29 or later: the backend runs as a native sidecar. Without
+# the chart's Helm hooks (coreDNS.deployment ""): a CoreDNS Deployment beside
+# it keeps running; scale it to 0 once every node runs a ready nodedns pod.
 `
 
 // PodYAML returns pod.yaml's content: the chart rendered with defaults.
 func podYAML() (string, error) {
-	r, err := Render(nil, Options{})
+	// The handoff hooks run only under Helm: kubectl apply would run the
+	// pre-delete Job at once.
+	r, err := Render(map[string]any{"coreDNS": map[string]any{"deployment": ""}}, Options{})
 	if err != nil {
 		return "", err
 	}

@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -25,10 +26,12 @@ var renderCases = []struct {
 	{"mode node-ip", `mode: node-ip`},
 	{"dual-stack link-local", "mode: link-local\nlocalIP: 169.254.20.10,fd00::10"},
 	{"IPv6 iptables", "localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}\nfallback: {clusterIP: fd00:10:96::b}"},
+	{"fallback port given", "backend: {fallbackPort: 5301}"},
+	{"no handoff", `coreDNS: {deployment: ""}`},
 	{"no native sidecar", `backend: {nativeSidecar: false}`},
 	{"no fallback", `fallback: {enabled: false}`},
 	{"no holder", `holder: {enabled: false}`},
-	{"migration: existing kube-dns Service", `service: {create: false}`},
+	{"no kube-dns Service", `service: {create: false}`},
 	{"stub domains", "stubDomains:\n  consul.local: [10.150.0.1, 10.150.0.2]\n  corp.example: [192.0.2.53]"},
 	{"monitoring", "prometheus:\n  monitor: {enabled: true, namespace: monitoring, interval: 15s, additionalLabels: {release: prom}}\ndashboards: {enabled: true}"},
 	{"no rbac, existing service account", "rbac: {create: false}\nserviceAccount: {create: false, name: dns}"},
@@ -167,12 +170,15 @@ func checkPod(t *testing.T, ds *appsv1.DaemonSet, vals map[string]any) {
 	if sel.Matches(labels.Set{"k8s-app": "kube-dns"}) {
 		t.Errorf("selector %v matches kubeadm's CoreDNS pods", sel)
 	}
-	// Nor may kubeadm's kube-dns Service (selector k8s-app=kube-dns, target
-	// port 53) select the pods: while it still fronts CoreDNS during a
-	// migration, a nodedns pod would join it with its node IP, where
-	// nothing listens on 53.
-	if labels.SelectorFromSet(labels.Set{"k8s-app": "kube-dns"}).Matches(labels.Set(ds.Spec.Template.Labels)) {
-		t.Errorf("pod labels %v match kubeadm's kube-dns Service selector k8s-app=kube-dns", ds.Spec.Template.Labels)
+	// kubeadm's kube-dns Service (selector k8s-app=kube-dns, target ports
+	// 53 and 9153) must select the pods, which serve both ports: the
+	// install needs no change of it.
+	wantKubeDNS := get(vals, "isClusterService") != false && get(vals, "k8sAppLabelOverride") != ""
+	if got := labels.SelectorFromSet(labels.Set{"k8s-app": "kube-dns"}).Matches(labels.Set(ds.Spec.Template.Labels)); got != wantKubeDNS {
+		t.Errorf("pod labels %v: kubeadm's kube-dns Service selects them: %v, want %v", ds.Spec.Template.Labels, got, wantKubeDNS)
+	}
+	if got := ds.Spec.Template.Annotations["kubectl.kubernetes.io/default-container"]; got != "frontend" {
+		t.Errorf("default container %q, want frontend (kubectl logs -l k8s-app=kube-dns)", got)
 	}
 
 	hostPath := map[string]corev1.HostPathVolumeSource{}
@@ -232,8 +238,11 @@ func checkPod(t *testing.T, ds *appsv1.DaemonSet, vals map[string]any) {
 	bsc := be.SecurityContext
 	if bsc == nil || bsc.RunAsNonRoot == nil || !*bsc.RunAsNonRoot || bsc.ReadOnlyRootFilesystem == nil || !*bsc.ReadOnlyRootFilesystem ||
 		bsc.AllowPrivilegeEscalation == nil || *bsc.AllowPrivilegeEscalation || bsc.Capabilities == nil ||
-		!slices.Equal(bsc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(bsc.Capabilities.Add) > 0 {
-		t.Errorf("backend security context %+v: want non-root, read-only root, drop ALL, add none", bsc)
+		!slices.Equal(bsc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(bsc.Capabilities.Add, []corev1.Capability{"NET_BIND_SERVICE"}) {
+		t.Errorf("backend security context %+v: want non-root, read-only root, drop ALL, add NET_BIND_SERVICE (port 53)", bsc)
+	}
+	if got, want := containerEnv(be, "NODEDNS_FALLBACK_PORT"), fmt.Sprint(fallbackPort(vals)); got != want {
+		t.Errorf("backend NODEDNS_FALLBACK_PORT %q, want %s", got, want)
 	}
 	fsc := fe.SecurityContext
 	if fsc == nil || fsc.Privileged == nil || *fsc.Privileged || fsc.Capabilities == nil ||
@@ -291,24 +300,23 @@ func checkServices(t *testing.T, objs []Object, ds *appsv1.DaemonSet, vals map[s
 			}
 		}
 	}
+	port := fallbackPort(vals)
 	if dns == nil {
 		if get(vals, "service", "create") != false {
 			t.Fatal("no kube-dns Service")
 		}
-		dns = &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{
-			{Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(5301)},
-			{Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(5301)},
-		}}}
-	}
-	var protos []corev1.Protocol
-	for _, p := range dns.Spec.Ports {
-		if p.Port != 53 || p.TargetPort != intstr.FromInt32(5301) {
-			t.Errorf("kube-dns port %+v, want 53 -> 5301", p)
+		dns = &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10"}}
+	} else {
+		// kubeadm's ports, so kube-prometheus's ServiceMonitor (port
+		// metrics) finds the backends.
+		var ports []string
+		for _, p := range dns.Spec.Ports {
+			ports = append(ports, fmt.Sprintf("%s %s %d->%s", p.Name, p.Protocol, p.Port, p.TargetPort.String()))
 		}
-		protos = append(protos, p.Protocol)
-	}
-	if !slices.Equal(protos, []corev1.Protocol{corev1.ProtocolUDP, corev1.ProtocolTCP}) {
-		t.Errorf("kube-dns protocols %v", protos)
+		want := []string{fmt.Sprintf("dns UDP 53->%d", port), fmt.Sprintf("dns-tcp TCP 53->%d", port), "metrics TCP 9153->9153"}
+		if !slices.Equal(ports, want) {
+			t.Errorf("kube-dns ports %q, want %q", ports, want)
+		}
 	}
 	fe, _, _ := containers(ds)
 	hasFallbackFlag := slices.ContainsFunc(fe.Args, func(a string) bool { return strings.HasPrefix(a, "--fallback=") })
@@ -324,8 +332,8 @@ func checkServices(t *testing.T, objs []Object, ds *appsv1.DaemonSet, vals map[s
 	if fallback.Spec.ClusterIP == "" || fallback.Spec.ClusterIP == dns.Spec.ClusterIP {
 		t.Errorf("fallback ClusterIP %q: must be set and differ from kube-dns's %q", fallback.Spec.ClusterIP, dns.Spec.ClusterIP)
 	}
-	if len(fallback.Spec.Ports) != 1 || fallback.Spec.Ports[0].Protocol != corev1.ProtocolTCP || fallback.Spec.Ports[0].TargetPort != intstr.FromInt32(5301) {
-		t.Errorf("fallback ports %+v, want TCP -> 5301", fallback.Spec.Ports)
+	if len(fallback.Spec.Ports) != 1 || fallback.Spec.Ports[0].Protocol != corev1.ProtocolTCP || fallback.Spec.Ports[0].TargetPort != intstr.FromInt32(int32(port)) {
+		t.Errorf("fallback ports %+v, want TCP -> %d", fallback.Spec.Ports, port)
 	}
 }
 
@@ -424,11 +432,13 @@ func TestFrontendArgs(t *testing.T) {
 		unwanted []string
 	}{
 		{``, []string{"--mode=iptables", "--listen=169.254.20.10:53,10.96.0.10:53", "--local-ip=169.254.20.10",
-			"--service-ip=10.96.0.10", "--fallback=10.96.0.11:5301", "--backend=127.0.0.1:5300",
+			"--service-ip=10.96.0.10", "--fallback=10.96.0.11:53", "--backend=127.0.0.1:5300",
 			"--metrics=192.0.2.7:9253"}, nil}, // --health and --backend-ready-url: TestProbeAddress
 		{`mode: link-local`, []string{"--mode=link-local", "--listen=169.254.20.10:53", "--local-ip=169.254.20.10"}, []string{"--service-ip"}},
-		{`mode: node-ip`, []string{"--mode=node-ip", "--listen=192.0.2.7:53", "--local-ip=192.0.2.7"}, []string{"--service-ip", "--interface"}},
-		{"localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}", []string{"--listen=[fd00::10]:53,[fd00:10:96::a]:53", "--service-ip=fd00:10:96::a"}, nil},
+		{`mode: node-ip`, []string{"--mode=node-ip", "--listen=192.0.2.7:53", "--local-ip=192.0.2.7", "--fallback=10.96.0.11:5301"}, []string{"--service-ip", "--interface"}},
+		{"service: {clusterIP: 10.100.0.10}", []string{"--service-ip=10.100.0.10", "--fallback=10.100.0.11:53"}, nil},
+		{"backend: {fallbackPort: 5353}", []string{"--fallback=10.96.0.11:5353"}, nil},
+		{"localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}\nfallback: {clusterIP: fd00:10:96::b}", []string{"--listen=[fd00::10]:53,[fd00:10:96::a]:53", "--service-ip=fd00:10:96::a", "--fallback=[fd00:10:96::b]:53"}, nil},
 		{`fallback: {enabled: false}`, nil, []string{"--fallback"}},
 	} {
 		vals, err := ParseValues(tc.values)
@@ -465,17 +475,19 @@ func TestFrontendArgs(t *testing.T) {
 // TestRenderRejects checks that values the frontend cannot work with fail
 // at render time, not on the nodes.
 func TestRenderRejects(t *testing.T) {
-	for _, values := range []string{
-		`mode: ipvs`,
-		`service: {clusterIP: ""}`,
-		`fallback: {clusterIP: ""}`,
+	for _, tc := range []struct{ values, want string }{
+		{`mode: ipvs`, "mode"},
+		// The fallback address is derived for IPv4 only.
+		{`service: {clusterIP: "fd00:10:96::a"}`, "fallback.clusterIP is empty and cannot be derived"},
+		{`service: {clusterIP: 10.96.0.255}`, "fallback.clusterIP is empty and cannot be derived"},
+		{"mode: node-ip\nbackend: {fallbackPort: 53}", "backend.fallbackPort 53 in node-ip mode"},
 	} {
-		vals, err := ParseValues(values)
+		vals, err := ParseValues(tc.values)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Render(vals, Options{}); err == nil {
-			t.Errorf("%q rendered", values)
+		if _, err := Render(vals, Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error saying %q", tc.values, err, tc.want)
 		}
 	}
 }
@@ -524,4 +536,28 @@ func TestNativeSidecarAuto(t *testing.T) {
 			t.Errorf("Kubernetes %s, %q: a plain backend container with a startup probe or no initial delay", tc.kube, tc.values)
 		}
 	}
+}
+
+// fallbackPort is the port of the backend's fallback listener that vals
+// ask for: backend.fallbackPort, or by default 53 (5301 in node-ip mode).
+func fallbackPort(vals map[string]any) int {
+	switch p := get(vals, "backend", "fallbackPort").(type) {
+	case int:
+		return p
+	case float64:
+		return int(p)
+	}
+	if get(vals, "mode") == "node-ip" {
+		return 5301
+	}
+	return 53
+}
+
+func containerEnv(c *corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
 }

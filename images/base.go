@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	_ "embed"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,42 +17,74 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/nodedns/nodedns/images/debian"
 )
 
-// The frontend's base: Debian bookworm, minbase variant, with the iptables
-// package (iptables-legacy, iptables-nft, ip6tables-*, the xtables modules
-// and libnftnl/libmnl) and nothing that only a package manager or a person
-// needs. It is built once by debootstrap and cached as a gzip layer.
+// The frontend's base: Debian bookworm's iptables package (iptables-legacy,
+// iptables-nft, ip6tables-*, the xtables modules) with the libraries it
+// needs, base-files (/etc/os-release, so scanners know the distribution)
+// and nothing that only a package manager or a person needs, unpacked from
+// the .debs a lock file pins (see images/debian). No root, no chroot.
 const (
 	// DebianSuite is the Debian release of the frontend's base.
 	DebianSuite = "bookworm"
-	// baseVersion names the cache entry; bump it when debianPackages or
-	// basePrune change, so an old cached base is not reused.
-	baseVersion = "1"
-	// DefaultDebianMirror is where debootstrap fetches packages; the
+	// baseVersion names the cache entry together with the lock's digest;
+	// bump it when the way the layer is made changes, so that an old
+	// cached layer is not reused.
+	baseVersion = "3"
+	// DefaultDebianMirror is where the .debs come from; the
 	// NODEDNS_DEBIAN_MIRROR environment variable overrides it.
 	DefaultDebianMirror = "http://deb.debian.org/debian"
 )
 
-// debianPackages are installed on top of minbase.
-var debianPackages = []string{"iptables"}
+// BasePackages are the packages the base is made of, with their Depends
+// and Pre-Depends, less BaseExcluded.
+var BasePackages = []string{"base-files", "iptables"}
 
-// basePrune are removed from the debootstrapped tree (paths relative to it,
-// globs allowed): documentation, manuals, locales, and the package
-// manager's caches and logs, which hold download times and so would differ
-// between two bootstraps of the same packages.
-var basePrune = []string{
-	"usr/share/doc/*", "usr/share/man/*", "usr/share/info/*", "usr/share/locale/*",
-	"usr/share/lintian", "usr/share/common-licenses",
-	"var/cache/apt/*", "var/cache/debconf/*-old", "var/cache/ldconfig/aux-cache",
-	"var/lib/apt/lists/*", "var/log/*", "var/lib/dpkg/*-old",
-	"etc/machine-id", "etc/hostname", "etc/resolv.conf", "etc/hosts",
-	"dev/*", "proc/*", "sys/*", "run/*", "tmp/*",
-	"debootstrap",
+// BaseExcluded are dependencies left out: they serve maintainer scripts,
+// which an image does not run (base-files' postinst needs awk), or a
+// package manager.
+var BaseExcluded = map[string]bool{
+	"awk": true, "mawk": true, "debconf": true, "debconf-2.0": true,
+	"perl-base": true, "dpkg": true, "install-info": true, "init-system-helpers": true,
 }
 
-// CacheDir is where built bases are kept: $NODEDNS_IMAGES_CACHE, else
-// <user cache dir>/nodedns/images.
+// Architectures are the platforms the images are built for, all linux.
+var Architectures = []string{"amd64", "arm64"}
+
+// The committed lock files, one per architecture: LockPath names them in
+// the tree, for the command that regenerates them.
+var (
+	//go:embed frontend-base.amd64.lock
+	lockAMD64 []byte
+	//go:embed frontend-base.arm64.lock
+	lockARM64 []byte
+)
+
+// LockPath is the lock file of arch, relative to the repository root.
+func LockPath(arch string) string { return "images/frontend-base." + arch + ".lock" }
+
+func baseLock(arch string) ([]byte, error) {
+	switch arch {
+	case "amd64":
+		return lockAMD64, nil
+	case "arm64":
+		return lockARM64, nil
+	}
+	return nil, fmt.Errorf("debian base: no lock for architecture %q (have %s)", arch, strings.Join(Architectures, ", "))
+}
+
+// DebianMirror is $NODEDNS_DEBIAN_MIRROR, else DefaultDebianMirror.
+func DebianMirror() string {
+	if m := os.Getenv("NODEDNS_DEBIAN_MIRROR"); m != "" {
+		return m
+	}
+	return DefaultDebianMirror
+}
+
+// CacheDir is where downloaded .debs and built bases are kept:
+// $NODEDNS_IMAGES_CACHE, else <user cache dir>/nodedns/images.
 func CacheDir() (string, error) {
 	if d := os.Getenv("NODEDNS_IMAGES_CACHE"); d != "" {
 		return d, nil
@@ -63,44 +96,31 @@ func CacheDir() (string, error) {
 	return filepath.Join(c, "nodedns", "images"), nil
 }
 
-// BaseUnavailable says why DebianBase cannot build a base here ("" when it
-// can, or when the base is already cached).
-func BaseUnavailable() string {
-	if p, err := basePath(); err == nil && fileExists(p) {
-		return ""
-	}
-	if os.Geteuid() != 0 {
-		return fmt.Sprintf("the Debian base is not cached and building it needs root (euid %d)", os.Geteuid())
-	}
-	for _, tool := range []string{"debootstrap", "unshare", "chroot"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Sprintf("the Debian base is not cached and %s is missing (install the debootstrap package)", tool)
-		}
-	}
-	return ""
-}
+// BaseUnavailable says why DebianBase cannot build a base here, or "".
+// Building needs neither root nor tools, only the mirror once; it is kept
+// for callers that ask first.
+func BaseUnavailable() string { return "" }
 
-func basePath() (string, error) {
-	dir, err := CacheDir()
-	if err != nil {
-		return "", err
-	}
-	name := fmt.Sprintf("debian-%s-%s-v%s.tar.gz", DebianSuite, strings.Join(debianPackages, "+"), baseVersion)
-	return filepath.Join(dir, name), nil
-}
-
-// DebianBase returns the frontend's base layer, building and caching it
-// first when missing (root; about 2 minutes). logf receives progress.
+// DebianBase returns the linux/amd64 base layer (DebianBaseFor).
 func DebianBase(ctx context.Context, logf func(string, ...any)) (v1.Layer, error) {
-	path, err := basePath()
+	return DebianBaseFor(ctx, "amd64", logf)
+}
+
+// DebianBaseFor returns the frontend's base layer for arch, building it
+// from the locked .debs and caching it first when missing. The cache entry
+// is named by the lock's digest, so a new lock makes a new layer.
+func DebianBaseFor(ctx context.Context, arch string, logf func(string, ...any)) (v1.Layer, error) {
+	lock, err := baseLock(arch)
 	if err != nil {
 		return nil, err
 	}
+	dir, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("frontend-base-%s-%s-v%s-%.12x.tar.gz", DebianSuite, arch, baseVersion, sha256Bytes(lock)))
 	if !fileExists(path) {
-		if r := BaseUnavailable(); r != "" {
-			return nil, errors.New("debian base: " + r)
-		}
-		if err := buildBase(ctx, path, logf); err != nil {
+		if err := buildBase(ctx, arch, lock, dir, path, logf); err != nil {
 			return nil, err
 		}
 	}
@@ -111,61 +131,60 @@ func DebianBase(ctx context.Context, logf func(string, ...any)) (v1.Layer, error
 	return l, nil
 }
 
-// buildBase debootstraps into a temporary directory next to path, checks
-// that iptables-legacy and iptables-nft run from it, and writes the tree as
-// a gzip tar to path. debootstrap mounts /proc inside its target; it runs in
-// a private mount namespace (unshare -m) so no mount reaches the host.
-func buildBase(ctx context.Context, path string, logf func(string, ...any)) error {
-	dir := filepath.Dir(path)
+// baseFiles are added to the packages' files: the users the images run as
+// (distroless's root, nonroot and nobody; no package's postinst makes
+// them here) and the directories a root filesystem has.
+var baseFiles = []debian.Entry{
+	debian.File("etc/passwd", []byte("root:x:0:0:root:/root:/sbin/nologin\n"+
+		"nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"+
+		"nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"), 0o644),
+	debian.File("etc/group", []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n"), 0o644),
+	debian.Dir("root", 0o700),
+	debian.Dir("tmp", 0o1777),
+}
+
+// buildBase fetches the locked .debs (from the cache when there), unpacks
+// them into one tree and writes it as a gzip layer tar at path.
+func buildBase(ctx context.Context, arch string, lock []byte, dir, path string, logf func(string, ...any)) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("debian base: %w", err)
 	}
 	// One build at a time: parallel test packages may all find it missing.
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lf, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return fmt.Errorf("debian base: %w", err)
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("debian base: lock: %w", err)
 	}
 	if fileExists(path) {
 		return nil
 	}
-	root, err := os.MkdirTemp(dir, ".rootfs-")
+	pkgs, err := debian.ParseLock(bytes.NewReader(lock))
 	if err != nil {
-		return fmt.Errorf("debian base: %w", err)
-	}
-	defer os.RemoveAll(root)
-
-	mirror := DefaultDebianMirror
-	if m := os.Getenv("NODEDNS_DEBIAN_MIRROR"); m != "" {
-		mirror = m
+		return fmt.Errorf("debian base %s: %s: %w", arch, LockPath(arch), err)
 	}
 	start := time.Now()
-	logf("images: debootstrap --variant=minbase %s + %s into %s (about 2 minutes, once)", DebianSuite, strings.Join(debianPackages, ","), root)
-	args := []string{"--mount", "--propagation", "private", "debootstrap", "--variant=minbase",
-		"--include=" + strings.Join(debianPackages, ","), DebianSuite, root, mirror}
-	if out, err := exec.CommandContext(ctx, "unshare", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("debian base: debootstrap: %w\n%s", err, tailString(out, 3000))
-	}
-	for _, pattern := range basePrune {
-		matches, err := filepath.Glob(filepath.Join(root, pattern))
+	f := debian.Fetcher{Mirror: DebianMirror(), CacheDir: filepath.Join(dir, "debs")}
+	root := debian.NewRootFS()
+	for _, p := range pkgs {
+		if p.Architecture != arch && p.Architecture != "all" {
+			return fmt.Errorf("debian base %s: %s is locked for %s", arch, p.Name, p.Architecture)
+		}
+		b, err := f.Deb(ctx, p)
 		if err != nil {
-			return fmt.Errorf("debian base: prune %s: %w", pattern, err)
+			return fmt.Errorf("debian base %s: %w", arch, err)
 		}
-		for _, m := range matches {
-			if err := os.RemoveAll(m); err != nil {
-				return fmt.Errorf("debian base: prune: %w", err)
-			}
+		if err := root.AddDeb(b); err != nil {
+			return fmt.Errorf("debian base %s: %s: %w", arch, p.Filename, err)
 		}
 	}
-	if err := checkIPTables(ctx, root); err != nil {
-		return err
+	for _, e := range baseFiles {
+		if err := root.Add(e); err != nil {
+			return fmt.Errorf("debian base %s: %w", arch, err)
+		}
 	}
-
-	// The base's own timestamps are those of its files' packages; a fixed
-	// one makes the layer depend on the package contents only.
 	tmp, err := os.CreateTemp(dir, ".base-*.tar.gz")
 	if err != nil {
 		return fmt.Errorf("debian base: %w", err)
@@ -175,33 +194,44 @@ func buildBase(ctx context.Context, path string, logf func(string, ...any)) erro
 	if err != nil {
 		return fmt.Errorf("debian base: %w", err)
 	}
-	if err := WriteTreeTar(zw, root, time.Unix(0, 0)); err != nil {
+	// The packages' own file times carry no meaning in an image; one fixed
+	// time makes the layer depend on the contents only.
+	if err := root.WriteTar(zw, time.Unix(0, 0)); err != nil {
 		tmp.Close()
-		return fmt.Errorf("debian base: %w", err)
+		return fmt.Errorf("debian base %s: %w", arch, err)
 	}
 	if err := errors.Join(zw.Close(), tmp.Close()); err != nil {
+		return fmt.Errorf("debian base: %w", err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
 		return fmt.Errorf("debian base: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("debian base: %w", err)
 	}
-	logf("images: debian base built in %s: %s", time.Since(start).Round(time.Second), path)
+	logf("images: debian base %s built from %d packages in %s: %s", arch, len(pkgs), time.Since(start).Round(time.Millisecond), path)
 	return nil
 }
 
-// checkIPTables runs both iptables backends from the tree, in a new network
-// and mount namespace, so only a throwaway namespace's (empty) tables are read.
-func checkIPTables(ctx context.Context, root string) error {
-	for _, bin := range []string{"iptables-legacy", "iptables-nft", "ip6tables-legacy", "ip6tables-nft"} {
-		out, err := exec.CommandContext(ctx, "unshare", "--net", "--mount", "chroot", root, bin, "-t", "filter", "-S").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("debian base: %s does not run from the base: %w\n%s", bin, err, out)
-		}
-		if !bytes.Contains(out, []byte("-P INPUT ACCEPT")) {
-			return fmt.Errorf("debian base: %s -S printed %q, want the default policies", bin, out)
-		}
+// UpdateLock resolves BasePackages in the mirror's current index for arch
+// and returns the new lock file's content.
+func UpdateLock(ctx context.Context, arch string) ([]byte, error) {
+	f := debian.Fetcher{Mirror: DebianMirror()}
+	idx, date, err := f.Index(ctx, DebianSuite, arch)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	pkgs, err := debian.Resolve(idx, BasePackages, BaseExcluded)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", DebianSuite, arch, err)
+	}
+	header := []string{
+		fmt.Sprintf("The frontend's base for linux/%s: Debian %s packages %s and their dependencies,", arch, DebianSuite, strings.Join(BasePackages, ", ")),
+		fmt.Sprintf("as the mirror's index of %s listed them.", date),
+		"Regenerate: go run ./images/cmd/nodedns-images -update-lock",
+		"name version architecture size sha256 path",
+	}
+	return debian.FormatLock(header, pkgs), nil
 }
 
 func fileExists(p string) bool {
@@ -209,10 +239,7 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// tailString returns at most the last n bytes of b.
-func tailString(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.TrimSpace(string(b))
+func sha256Bytes(b []byte) []byte {
+	s := sha256.Sum256(b)
+	return s[:]
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -31,6 +32,17 @@ type Tree struct {
 	Epoch time.Time
 	// Source is the org.opencontainers.image.source label.
 	Source string
+	// bins keeps each binary built for this tree, so that building an
+	// image twice (a reproducibility check, a release after `make
+	// images`) compiles once. ReadTree sets it; a Tree literal builds
+	// every time.
+	bins *binCache
+}
+
+// binCache holds built binaries by package and architecture.
+type binCache struct {
+	mu    sync.Mutex
+	built map[string][]byte
 }
 
 // DefaultSource is the repository the images' source label names.
@@ -59,7 +71,7 @@ func FindRoot(dir string) (string, error) {
 // ReadTree fills a Tree from git at root; version, when not empty,
 // overrides git describe (the Makefile passes its VERSION).
 func ReadTree(ctx context.Context, root, version string) (Tree, error) {
-	t := Tree{Root: root, Version: version, Source: DefaultSource}
+	t := Tree{Root: root, Version: version, Source: DefaultSource, bins: &binCache{built: map[string][]byte{}}}
 	git := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, "git", args...)
 		cmd.Dir = root
@@ -99,26 +111,52 @@ func ReadTree(ctx context.Context, root, version string) (Tree, error) {
 }
 
 // GoBuild builds the main package pkg (relative to the root, "./frontend")
-// the way `make build` does — CGO_ENABLED=0, -trimpath, -ldflags "-s -w
-// -X main.version=<version>" — for linux/amd64, and returns the binary.
+// for linux/amd64 (GoBuildFor).
 func (t Tree) GoBuild(ctx context.Context, pkg string) ([]byte, error) {
+	return t.GoBuildFor(ctx, pkg, "amd64")
+}
+
+// GoBuildFor builds the main package pkg for linux/arch the way `make
+// build` does — CGO_ENABLED=0, -trimpath, -ldflags "-s -w -X
+// main.version=<version>" — and returns the binary.
+func (t Tree) GoBuildFor(ctx context.Context, pkg, arch string) ([]byte, error) {
+	key := pkg + " " + arch + " " + t.Version
+	if t.bins != nil {
+		t.bins.mu.Lock()
+		defer t.bins.mu.Unlock()
+		if b, ok := t.bins.built[key]; ok {
+			return b, nil
+		}
+	}
 	dir, err := os.MkdirTemp("", "nodedns-images-")
 	if err != nil {
 		return nil, fmt.Errorf("build %s: %w", pkg, err)
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, filepath.Base(pkg))
-	return GoBuildIn(ctx, t.Root, pkg, out, "-s -w -X main.version="+t.Version)
+	b, err := GoBuildInArch(ctx, t.Root, pkg, out, "-s -w -X main.version="+t.Version, arch)
+	if err != nil {
+		return nil, err
+	}
+	if t.bins != nil {
+		t.bins.built[key] = b
+	}
+	return b, nil
 }
 
 // GoBuildIn runs `go build -trimpath -ldflags ldflags -o out pkg` in dir
 // for linux/amd64 without cgo, and returns the binary's bytes.
 func GoBuildIn(ctx context.Context, dir, pkg, out, ldflags string) ([]byte, error) {
+	return GoBuildInArch(ctx, dir, pkg, out, ldflags, "amd64")
+}
+
+// GoBuildInArch is GoBuildIn for linux/arch.
+func GoBuildInArch(ctx context.Context, dir, pkg, out, ldflags, arch string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, pkg)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build %s: %w\n%s", pkg, err, tailString(b, 3000))
+		return nil, fmt.Errorf("go build %s for linux/%s: %w\n%s", pkg, arch, err, tailString(b, 3000))
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
@@ -128,4 +166,12 @@ func GoBuildIn(ctx context.Context, dir, pkg, out, ldflags string) ([]byte, erro
 		return nil, errors.New("go build " + pkg + ": empty binary")
 	}
 	return b, nil
+}
+
+// tailString returns at most the last n bytes of b.
+func tailString(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
 }

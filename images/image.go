@@ -10,7 +10,6 @@ package images
 
 import (
 	"fmt"
-	"sort"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -52,9 +51,13 @@ type Spec struct {
 	// Created is the creation time recorded in the configuration and the
 	// history: SOURCE_DATE_EPOCH, never the build's wall clock.
 	Created time.Time
+	// Architecture is the GOARCH the image runs on (OS linux); default
+	// amd64.
+	Architecture string
 }
 
-// Build assembles the image of spec for linux/amd64 with OCI media types.
+// Build assembles the image of spec for linux/<spec.Architecture> with OCI
+// media types.
 func Build(spec Spec) (v1.Image, error) {
 	created := v1.Time{Time: spec.Created.UTC()}
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
@@ -76,7 +79,10 @@ func Build(spec Spec) (v1.Image, error) {
 		return nil, fmt.Errorf("read image config: %w", err)
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture = "amd64"
+	cf.Architecture = spec.Architecture
+	if cf.Architecture == "" {
+		cf.Architecture = "amd64"
+	}
 	cf.OS = "linux"
 	cf.Created = created
 	cf.Config = v1.Config{
@@ -97,6 +103,30 @@ func Build(spec Spec) (v1.Image, error) {
 		img = mutate.Annotations(img, anns).(v1.Image)
 	}
 	return img, nil
+}
+
+// Index makes an OCI image index of platforms, each entry carrying its
+// platform (linux/<arch>), with annotations.
+func Index(platforms []Platform, annotations map[string]string) (v1.ImageIndex, error) {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	adds := make([]mutate.IndexAddendum, 0, len(platforms))
+	for _, p := range platforms {
+		adds = append(adds, mutate.IndexAddendum{
+			Add: p.Image,
+			Descriptor: v1.Descriptor{
+				MediaType: types.OCIManifestSchema1,
+				Platform:  &v1.Platform{OS: "linux", Architecture: p.Arch},
+			},
+		})
+	}
+	idx = mutate.AppendManifests(idx, adds...)
+	if len(annotations) > 0 {
+		idx = mutate.Annotations(idx, annotations).(v1.ImageIndex)
+	}
+	if _, err := idx.Digest(); err != nil {
+		return nil, fmt.Errorf("image index: %w", err)
+	}
+	return idx, nil
 }
 
 // Summary is what `make images` prints for an image.
@@ -134,14 +164,4 @@ func Summarize(ref string, img v1.Image) (Summary, error) {
 		s.Uncompressed += u
 	}
 	return s, nil
-}
-
-// sortedKeys returns m's keys in order, for deterministic output.
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -5,13 +5,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -31,7 +27,15 @@ type File struct {
 	Dir bool
 	// UID and GID own the entry.
 	UID, GID int
+	// Xattrs are extended attributes, written as PAX records
+	// "SCHILY.xattr.<name>" (the form containerd and runc unpack), e.g.
+	// "security.capability" from FileCapabilities.
+	Xattrs map[string][]byte
 }
+
+// paxXattr prefixes an extended attribute's PAX record name (GNU tar and
+// star's convention; archive/tar writes the records in sorted order).
+const paxXattr = "SCHILY.xattr."
 
 // FilesLayer writes files as one layer: entries sorted by path, each parent
 // directory present (0755 root), every timestamp set to mtime, no user or
@@ -62,6 +66,12 @@ func FilesLayer(files []File, mtime time.Time) (v1.Layer, error) {
 	for _, p := range paths {
 		f := byPath[p]
 		h := &tar.Header{Name: p, Mode: f.Mode, Uid: f.UID, Gid: f.GID, ModTime: mtime.UTC(), Format: tar.FormatPAX}
+		if len(f.Xattrs) > 0 {
+			h.PAXRecords = make(map[string]string, len(f.Xattrs))
+			for k, v := range f.Xattrs {
+				h.PAXRecords[paxXattr+k] = string(v)
+			}
+		}
 		if f.Dir {
 			h.Typeflag, h.Name = tar.TypeDir, p+"/"
 		} else {
@@ -90,97 +100,6 @@ func layerFromBytes(b []byte) (v1.Layer, error) {
 		return nil, fmt.Errorf("compress layer: %w", err)
 	}
 	return l, nil
-}
-
-// WriteTreeTar writes the directory tree root as a layer tar to w: entries
-// in lexical order, owners and modes as on disk (numeric only), every
-// timestamp mtime, hard links as links to their first path, no extended
-// attributes. Device nodes, sockets and fifos are left out: a container
-// runtime provides /dev.
-func WriteTreeTar(w io.Writer, root string, mtime time.Time) error {
-	tw := tar.NewWriter(w)
-	type inode struct{ dev, ino uint64 }
-	seen := map[inode]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		if rel == "." {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			return fmt.Errorf("%s: no stat data", p)
-		}
-		h := &tar.Header{
-			Name:    filepath.ToSlash(rel),
-			Mode:    int64(fi.Mode().Perm()),
-			Uid:     int(st.Uid),
-			Gid:     int(st.Gid),
-			ModTime: mtime.UTC(),
-			Format:  tar.FormatPAX,
-		}
-		if fi.Mode()&fs.ModeSetuid != 0 {
-			h.Mode |= 0o4000
-		}
-		if fi.Mode()&fs.ModeSetgid != 0 {
-			h.Mode |= 0o2000
-		}
-		if fi.Mode()&fs.ModeSticky != 0 {
-			h.Mode |= 0o1000
-		}
-		var src string
-		switch {
-		case fi.IsDir():
-			h.Typeflag = tar.TypeDir
-			h.Name += "/"
-		case fi.Mode()&fs.ModeSymlink != 0:
-			h.Typeflag = tar.TypeSymlink
-			if h.Linkname, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case fi.Mode().IsRegular():
-			key := inode{uint64(st.Dev), st.Ino}
-			if first, ok := seen[key]; ok && st.Nlink > 1 {
-				h.Typeflag, h.Linkname = tar.TypeLink, first
-				break
-			}
-			seen[key] = h.Name
-			h.Typeflag, h.Size, src = tar.TypeReg, fi.Size(), p
-		default:
-			return nil // device, socket, fifo
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return fmt.Errorf("tar header %s: %w", rel, err)
-		}
-		if src == "" {
-			return nil
-		}
-		f, err := os.Open(src)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if _, err := io.Copy(tw, f); err != nil {
-			return fmt.Errorf("tar %s: %w", rel, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("tar %s: %w", root, err)
-	}
-	if err := tw.Close(); err != nil {
-		return fmt.Errorf("tar %s: %w", root, err)
-	}
-	return nil
 }
 
 // uncompressedSize reads a layer's tar stream to count its bytes.

@@ -91,8 +91,7 @@ func BuildBackendImage(ctx context.Context, dir string) (Archive, error) {
 }
 
 // BuildFrontendImage builds the nodedns-frontend image from the tree into
-// dir; its Debian base is built first when not cached (root, debootstrap:
-// see images.BaseUnavailable).
+// dir; its Debian base comes from the pinned .deb packages (images/debian).
 func BuildFrontendImage(ctx context.Context, dir string) (Archive, error) {
 	return buildTreeImage(ctx, dir, images.FrontendName)
 }

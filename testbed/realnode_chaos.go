@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // ContainerPID returns the host PID of a container's init process on this
@@ -41,4 +42,13 @@ func (n *RealNode) KillContainer(ctx context.Context, id string) error {
 		return fmt.Errorf("kill container %s (pid %d): %w", id, pid, err)
 	}
 	return nil
+}
+
+// ExecContainer runs argv in a running container of this node, as
+// `kubectl exec` would through the runtime (`ctr task exec`), and returns
+// its combined output. id is a container ID as pod status gives it.
+func (n *RealNode) ExecContainer(ctx context.Context, id string, argv ...string) ([]byte, error) {
+	id = strings.TrimPrefix(id, "containerd://")
+	execID := fmt.Sprintf("e2e-%d", time.Now().UnixNano())
+	return n.ctr(ctx, append([]string{"tasks", "exec", "--exec-id", execID, id}, argv...)...)
 }

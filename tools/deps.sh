@@ -32,7 +32,7 @@ pkgs=(
 	unbound:unbound       # a peer in the benchmark
 	dnsmasq-base:dnsmasq  # a peer in the benchmark and the comparison
 	prometheus:promtool   # promtool and the server: metrics, alert rules, dashboard queries (monitoring)
-	debootstrap:debootstrap  # the frontend image's Debian base (images)
+	libcap2-bin:capsh     # capsh and setcap: the backend binary's file capability (images)
 	containerd:containerd    # the real nodes' container runtime (testbed)
 	runc:runc                # the OCI runtime containerd starts (testbed)
 	containernetworking-plugins:/usr/lib/cni/bridge  # pods' network on real nodes (testbed)

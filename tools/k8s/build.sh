@@ -4,7 +4,7 @@
 # there; cached binaries return at once. On two cores with an empty Go build
 # cache, after the project's own build: kube-apiserver 131 s, kube-proxy 6 s,
 # and for real nodes kubelet 28 s, kube-controller-manager 17 s,
-# kube-scheduler 3 s, kubectl 13 s (README, "Start here").
+# kube-scheduler 3 s, kubectl 13 s (README, "Develop").
 #
 # Usage: tools/k8s/build.sh [binary...]
 #   default: kube-apiserver kube-proxy

@@ -32,7 +32,7 @@ env:
   - name: NODEDNS_PORT
     value: {{ .Values.backend.port | quote }}
   - name: NODEDNS_FALLBACK_PORT
-    value: {{ .Values.backend.fallbackPort | quote }}
+    value: {{ include "nodedns.fallbackPort" . | quote }}
   # The fallback listener on the node IP only: the fallback and kube-dns
   # Services' endpoints are the pods' IPs, which are node IPs (hostNetwork).
   - name: NODEDNS_FALLBACK_BIND
@@ -60,6 +60,10 @@ env:
 resources:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+# Not root. NET_BIND_SERVICE lets the fallback listener bind the node IP's
+# port 53 (backend.fallbackPort auto): the image gives the binary that file
+# capability, which a non-root process keeps across exec only when the
+# container's bounding and permitted sets hold it.
 securityContext:
   runAsNonRoot: true
   runAsUser: 65532
@@ -68,6 +72,7 @@ securityContext:
   allowPrivilegeEscalation: false
   capabilities:
     drop: ["ALL"]
+    add: ["NET_BIND_SERVICE"]
   seccompProfile:
     type: RuntimeDefault
 {{- if (include "nodedns.nativeSidecar" .) }}

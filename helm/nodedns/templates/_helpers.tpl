@@ -50,20 +50,15 @@ kubernetes.io/name: "CoreDNS"
 {{- end -}}
 
 {{/*
-Selector labels: the DaemonSet's selector and every Service's. They leave
-out k8s-app on purpose: kubeadm's CoreDNS pods carry k8s-app=kube-dns too,
-and listen on 53, not on the backend's fallback port, so selecting them
-during a migration would send queries to a port nobody answers.
-*/}}
-{{/*
-Labels of the pods: the chart's labels without the cluster-service ones
-(k8s-app, kubernetes.io/cluster-service, kubernetes.io/name), which stay on
-the DaemonSet and the Service. kubeadm's kube-dns Service selects
-k8s-app=kube-dns with target port 53: while it still fronts CoreDNS
-(service.create=false, the first step of docs/migration.md), a nodedns pod
-carrying that label would join it with its node IP, where nothing listens
-on 53, and pods on nodes not yet taken over would lose their share of
-queries to it.
+Labels of the pods: the chart's labels and, with isClusterService, the
+k8s-app label alone of the cluster-service ones. kubeadm's kube-dns Service
+selects k8s-app=kube-dns with target ports 53 (dns, dns-tcp) and 9153
+(metrics): each nodedns pod is a valid endpoint of it as it is, its
+backend's fallback listener on the node IP's port 53 and its metrics on
+9153, so the Service needs no change and the CoreDNS pods and the nodedns
+pods can serve behind it side by side (docs/migration.md, "Install without
+adoption"). kubectl get pods -l k8s-app=kube-dns lists them, as the
+Kubernetes DNS debugging guide expects.
 */}}
 {{- define "nodedns.podLabels" -}}
 app.kubernetes.io/name: {{ include "nodedns.name" . }}
@@ -71,11 +66,20 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: "{{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}"
+{{- if .Values.isClusterService }}
+k8s-app: {{ include "nodedns.k8sapplabel" . }}
+{{- end }}
 {{- with .Values.customLabels }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
 
+{{/*
+Selector labels: the DaemonSet's selector and the chart's Services'. They
+leave out k8s-app: the CoreDNS Deployment's pods carry it too, and a
+DaemonSet selector matching pods it does not own would fight their
+controller.
+*/}}
 {{- define "nodedns.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "nodedns.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
@@ -135,20 +139,18 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- $listen = append $listen (printf "%s:53" (include "nodedns.hostPort" (trim .))) -}}
 {{- end -}}
 {{- if eq $mode "iptables" -}}
-{{- $ip := required "service.clusterIP is required in iptables mode: the frontend binds the kube-dns ClusterIP" .Values.service.clusterIP -}}
-{{- $listen = append $listen (printf "%s:53" (include "nodedns.hostPort" $ip)) -}}
+{{- $listen = append $listen (printf "%s:53" (include "nodedns.hostPort" (include "nodedns.serviceIP" .))) -}}
 {{- end -}}
 {{- $f = append $f (list "listen" (join "," $listen)) -}}
 {{- $f = append $f (list "local-ip" .Values.localIP) -}}
 {{- $f = append $f (list "interface" .Values.frontend.interface) -}}
 {{- end -}}
 {{- if eq $mode "iptables" -}}
-{{- $f = append $f (list "service-ip" .Values.service.clusterIP) -}}
+{{- $f = append $f (list "service-ip" (include "nodedns.serviceIP" .)) -}}
 {{- end -}}
 {{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
 {{- if .Values.fallback.enabled -}}
-{{- $fip := required "fallback.clusterIP is required with fallback.enabled: the frontend takes an address" .Values.fallback.clusterIP -}}
-{{- $f = append $f (list "fallback" (printf "%s:%v" (include "nodedns.hostPort" $fip) .Values.backend.fallbackPort)) -}}
+{{- $f = append $f (list "fallback" (printf "%s:%v" (include "nodedns.hostPort" (include "nodedns.fallbackIP" .)) (include "nodedns.fallbackPort" .))) -}}
 {{- end -}}
 {{- $f = append $f (list "handover-dir" .Values.frontend.handoverDir) -}}
 {{- $f = append $f (list "shutdown-timeout" (toString .Values.frontend.shutdownTimeout)) -}}
@@ -289,4 +291,112 @@ servers[{{ $i }}] has the kubernetes plugin fall through for names it denies ({{
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The existing kube-dns Service (service.name in the release namespace) as
+the cluster has it, or an empty dict: with no cluster (helm template, the
+tests' renderings, pod.yaml) lookup returns nothing.
+*/}}
+{{- define "nodedns.existingService" -}}
+{{- toJson (lookup "v1" "Service" .Release.Namespace .Values.service.name | default dict) -}}
+{{- end -}}
+
+{{/*
+Whether the chart renders the kube-dns Service: service.create, and no
+Service of that name exists unless this release owns it (Helm's ownership
+annotations). kubeadm's kube-dns is left exactly as it is: the nodedns pods
+are valid endpoints of it (nodedns.podLabels), so taking it over would
+change nothing but who deletes it.
+*/}}
+{{- define "nodedns.renderService" -}}
+{{- if .Values.service.create -}}
+{{- $svc := include "nodedns.existingService" . | fromJson -}}
+{{- if not $svc -}}
+true
+{{- else -}}
+{{- $a := $svc.metadata.annotations | default dict -}}
+{{- if and (eq (get $a "meta.helm.sh/release-name") .Release.Name) (eq (get $a "meta.helm.sh/release-namespace") .Release.Namespace) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The kube-dns ClusterIP the frontend binds (iptables mode) and the chart's
+Service asks for: the existing Service's, else service.clusterIP, else
+10.96.0.10 (kubeadm's default: the 10th address of 10.96.0.0/12). An
+explicit service.clusterIP that differs from the existing Service's fails:
+pods' resolv.conf names the existing one.
+*/}}
+{{- define "nodedns.serviceIP" -}}
+{{- $svc := include "nodedns.existingService" . | fromJson -}}
+{{- $want := toString (.Values.service.clusterIP | default "") -}}
+{{- if $svc -}}
+{{- $ip := $svc.spec.clusterIP | default "" -}}
+{{- if or (eq $ip "") (eq $ip "None") -}}
+{{- fail (printf "Service %s/%s exists but has no ClusterIP (%q): nodedns answers the kube-dns ClusterIP, which pods' resolv.conf names" .Release.Namespace .Values.service.name $ip) -}}
+{{- end -}}
+{{- if and $want (ne $want $ip) -}}
+{{- fail (printf "service.clusterIP is %s but Service %s/%s exists with ClusterIP %s, which pods' resolv.conf names: leave service.clusterIP empty to use it" $want .Release.Namespace .Values.service.name $ip) -}}
+{{- end -}}
+{{- $ip -}}
+{{- else -}}
+{{- $want | default "10.96.0.10" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The fallback Service's ClusterIP, which the frontend takes as an address
+(it is the resolver, it resolves no name): fallback.clusterIP, or, when
+empty, the kube-dns ClusterIP + 1 (IPv4), an address of the low band of the
+service CIDR that Kubernetes keeps for static assignment. With a cluster,
+an address held by another Service fails the install, naming it.
+*/}}
+{{- define "nodedns.fallbackIP" -}}
+{{- $ip := toString (.Values.fallback.clusterIP | default "") -}}
+{{- $derived := false -}}
+{{- if not $ip -}}
+{{- $svcIP := include "nodedns.serviceIP" . -}}
+{{- $o := splitList "." $svcIP -}}
+{{- if or (ne (len $o) 4) (eq (index $o 3) "255") -}}
+{{- fail (printf "fallback.clusterIP is empty and cannot be derived from the kube-dns ClusterIP %s (IPv4 below .255 only): set fallback.clusterIP to a free address of the service CIDR" $svcIP) -}}
+{{- end -}}
+{{- $ip = printf "%s.%s.%s.%d" (index $o 0) (index $o 1) (index $o 2) (add1 (atoi (index $o 3))) -}}
+{{- $derived = true -}}
+{{- end -}}
+{{- $mine := printf "%s/%s" .Release.Namespace (include "nodedns.fallbackName" .) -}}
+{{- range (lookup "v1" "Service" "" "").items | default list -}}
+{{- $name := printf "%s/%s" .metadata.namespace .metadata.name -}}
+{{- if and (has $ip (.spec.clusterIPs | default (list .spec.clusterIP))) (ne $name $mine) -}}
+{{- fail (printf "fallback.clusterIP %s%s is taken by Service %s: set fallback.clusterIP to a free address of the service CIDR" $ip (ternary " (the kube-dns ClusterIP + 1)" "" $derived) $name) -}}
+{{- end -}}
+{{- end -}}
+{{- $ip -}}
+{{- end -}}
+
+{{/*
+The port of the backend's fallback listener on the node IP: the target of
+the fallback Service and of the kube-dns Service. backend.fallbackPort
+"auto": 53 in iptables and link-local modes, the target port of kubeadm's
+kube-dns Service, so the nodedns pods serve behind it unchanged; 5301 in
+node-ip mode, where the frontend holds the node IP's port 53 (and serves
+kube-dns's traffic there itself). A number is used as given.
+*/}}
+{{- define "nodedns.fallbackPort" -}}
+{{- $v := toString .Values.backend.fallbackPort -}}
+{{- if eq $v "auto" -}}
+{{- ternary "5301" "53" (eq .Values.mode "node-ip") -}}
+{{- else -}}
+{{- if and (eq $v "53") (eq .Values.mode "node-ip") -}}
+{{- fail "backend.fallbackPort 53 in node-ip mode: the frontend listens on the node IP's port 53; use auto (5301) or another port" -}}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the handoff hooks' ServiceAccount, Role and Jobs. */}}
+{{- define "nodedns.handoffName" -}}
+{{- include "nodedns.fullname" . | trunc 44 | trimSuffix "-" }}-handoff
 {{- end -}}
