@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodedns/nodedns/shared/dnstest"
 	"github.com/nodedns/nodedns/shared/proctest"
 )
 
@@ -26,7 +27,7 @@ func startFrontend(t testing.TB, b *backend) string {
 			t.Fatalf("build nodedns-frontend: %v\n%s", err, out)
 		}
 	}
-	dnsAddr, metrics, health := freeAddr(t), freeAddr(t), freeAddr(t)
+	dnsAddr, metrics, health := dnstest.FreeAddr(t), dnstest.FreeAddr(t), dnstest.FreeAddr(t)
 	cmd := exec.CommandContext(context.Background(), bin,
 		"--listen="+dnsAddr,
 		"--backend="+b.DNS,

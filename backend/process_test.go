@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodedns/nodedns/shared/dnstest"
 	"github.com/nodedns/nodedns/shared/proctest"
 )
 
@@ -52,11 +53,11 @@ type backend struct {
 func backendPorts(t testing.TB) (*backend, []string) {
 	t.Helper()
 	b := &backend{
-		DNS:      freeAddr(t),
-		Fallback: freeAddr(t),
-		Health:   freeAddr(t),
-		Ready:    freeAddr(t),
-		Metrics:  freeAddr(t),
+		DNS:      dnstest.FreeAddr(t),
+		Fallback: dnstest.FreeAddr(t),
+		Health:   dnstest.FreeAddr(t),
+		Ready:    dnstest.FreeAddr(t),
+		Metrics:  dnstest.FreeAddr(t),
 	}
 	return b, b.env()
 }
@@ -143,28 +144,6 @@ func httpGet(url string) (int, string, error) {
 	var buf bytes.Buffer
 	_, err = buf.ReadFrom(resp.Body)
 	return resp.StatusCode, buf.String(), err
-}
-
-// freeAddr returns a 127.0.0.1 address whose port was free for both TCP and
-// UDP a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		pc, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err != nil {
-			continue
-		}
-		pc.Close()
-		return addr
-	}
-	t.Fatal("no free port")
-	return ""
 }
 
 // metricValue returns the value of the first sample of name in a Prometheus

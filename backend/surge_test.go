@@ -220,7 +220,7 @@ func TestSurge(t *testing.T) {
 	// not synced.
 	t.Run("control-short-startup-timeout", func(t *testing.T) {
 		closed := startAPIGate(t, strings.TrimPrefix(tb.URL(), "https://"))
-		c := surgePeer(t, b, b.Ready, freeAddr(t))
+		c := surgePeer(t, b, b.Ready, dnstest.FreeAddr(t))
 		core := strings.Replace(clusterCorefile(t, kubeconfigVia(t, tb.Kubeconfig, closed.Addr())), surgeStartupTimeout, "startup_timeout 2s", 1)
 		c.launch(t, core, append(c.env(), "NODEDNS_UPSTREAM="+up.Addr))
 		waitFor(t, 20*time.Second, "the unsynced backend to listen", func() (bool, error) {
@@ -268,7 +268,7 @@ func surgePeer(t testing.TB, a *backend, ready, health string) *backend {
 		Fallback: a.Fallback,
 		Health:   health,
 		Ready:    ready,
-		Metrics:  freeAddr(t),
+		Metrics:  dnstest.FreeAddr(t),
 	}
 }
 

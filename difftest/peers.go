@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/loadtest/scenario"
+	"github.com/nodedns/nodedns/shared/dnstest"
 	"github.com/nodedns/nodedns/shared/proctest"
 	"github.com/nodedns/nodedns/testbed"
 )
@@ -49,12 +50,12 @@ func (e *env) startPeers(t testing.TB) *peers {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	p := &peers{spy: sp, coredns: freeAddr(t), nodelocal: freeAddr(t)}
-	ready := freeAddr(t)
-	core := kubeadmCorefile(p.coredns, freeAddr(t), ready, freeAddr(t), kubeconfig, sp.Addr)
+	p := &peers{spy: sp, coredns: dnstest.FreeAddr(t), nodelocal: dnstest.FreeAddr(t)}
+	ready := dnstest.FreeAddr(t)
+	core := kubeadmCorefile(p.coredns, dnstest.FreeAddr(t), ready, dnstest.FreeAddr(t), kubeconfig, sp.Addr)
 	nl := scenario.NodeLocalCorefile(scenario.NodeLocal{
 		Bind: []string{"127.0.0.1"}, Port: mustAtoi(port(p.nodelocal)), ClusterDNS: p.coredns,
-		Upstream: sp.Addr, Health: freeAddr(t), Metrics: freeAddr(t),
+		Upstream: sp.Addr, Health: dnstest.FreeAddr(t), Metrics: dnstest.FreeAddr(t),
 	})
 	for _, c := range []struct{ name, corefile, wait string }{
 		{"coredns", core, ready},

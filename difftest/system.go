@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/helm"
+	"github.com/nodedns/nodedns/shared/dnstest"
 	"github.com/nodedns/nodedns/shared/proctest"
 )
 
@@ -27,27 +28,6 @@ type system struct {
 	hist        *history
 	flags       map[string]string // the frontend's flags as the chart renders them
 	notes       string            // NOTES.txt
-}
-
-// freeAddr returns a loopback address whose port is free for TCP and UDP.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		pc, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err != nil {
-			continue
-		}
-		pc.Close()
-		return addr
-	}
-	t.Fatal("no free port")
-	return ""
 }
 
 func port(addr string) string {
@@ -141,7 +121,7 @@ func (e *env) startSystem(t testing.TB, name string, values map[string]any) *sys
 
 	// The backend: the chart's environment, with loopback addresses and
 	// free ports for its listeners.
-	dnsAddr, fallback, ready, health, metrics := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	dnsAddr, fallback, ready, health, metrics := dnstest.FreeAddr(t), dnstest.FreeAddr(t), dnstest.FreeAddr(t), dnstest.FreeAddr(t), dnstest.FreeAddr(t)
 	override := map[string]string{
 		"NODEDNS_BIND": "127.0.0.1", "NODEDNS_PORT": port(dnsAddr),
 		"NODEDNS_FALLBACK_BIND": "127.0.0.1", "NODEDNS_FALLBACK_PORT": port(fallback),
@@ -197,8 +177,8 @@ func (e *env) startSystem(t testing.TB, name string, values map[string]any) *sys
 		t.Fatalf("start the proxy: %v", err)
 	}
 	t.Cleanup(px.Close)
-	s.frontendDNS = freeAddr(t)
-	fhealth, fmetrics := freeAddr(t), freeAddr(t)
+	s.frontendDNS = dnstest.FreeAddr(t)
+	fhealth, fmetrics := dnstest.FreeAddr(t), dnstest.FreeAddr(t)
 	args := []string{
 		"--listen=" + s.frontendDNS, "--backend=" + px.Addr(), "--setup-network=false",
 		"--metrics=" + fmetrics, "--health=" + fhealth, "--backend-ready-url=http://" + ready + "/ready",

@@ -12,18 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodedns/nodedns/shared/dnstest"
 	"golang.org/x/sys/unix"
 )
-
-// freeAddr returns a loopback address with a port free right now.
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // TestCoreDNS gates on the real backend (CoreDNS with its ready plugin):
 // the binary named by NODEDNS_BACKEND, else bin/nodedns-backend.
@@ -35,7 +26,7 @@ func TestCoreDNS(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("no backend binary (%v): run `make build` or set NODEDNS_BACKEND", err)
 	}
-	dnsAddr, readyAddr := freeAddr(t), freeAddr(t)
+	dnsAddr, readyAddr := dnstest.FreeAddr(t), dnstest.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(dnsAddr)
 	conf := filepath.Join(t.TempDir(), "Corefile")
 	corefile := fmt.Sprintf(".:%s {\n    bind 127.0.0.1\n    ready %s\n    template IN SOA in-addr.arpa {\n        rcode NOERROR\n    }\n}\n", port, readyAddr)

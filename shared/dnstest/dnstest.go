@@ -79,3 +79,26 @@ func Query(name string, qtype uint16) *dns.Msg {
 	m.SetQuestion(dns.Fqdn(name), qtype)
 	return m
 }
+
+// FreeAddr returns a 127.0.0.1 address whose port was free for both TCP
+// and UDP a moment ago: for a DNS server the test starts as a process,
+// which listens on both.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		pc, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		return addr
+	}
+	t.Fatal("no port free for both TCP and UDP on 127.0.0.1")
+	return ""
+}
