@@ -122,9 +122,20 @@ func TestObservability(t *testing.T) {
 		"NODEDNS_BIND": peerAddr, "NODEDNS_FALLBACK_BIND": peerAddr,
 		"NODEDNS_READY": peerAddr + ":8181", "NODEDNS_HEALTH": peerAddr + ":9155", "NODEDNS_METRICS": peerAddr + ":9153",
 	})
+	// The peer's fallback listener is on the port the chart gives the
+	// backend's (53 in iptables mode, where nodedns pods serve kube-dns).
+	fallbackPort := ""
+	for _, kv := range be.Env {
+		if v, ok := strings.CutPrefix(kv, "NODEDNS_FALLBACK_PORT="); ok {
+			fallbackPort = v
+		}
+	}
+	if fallbackPort == "" {
+		t.Fatal("the backend has no NODEDNS_FALLBACK_PORT")
+	}
 	handover := filepath.Join(dir, "handover")
 	frontend := mk(fe, "frontend", map[string]string{
-		"NODEDNS_FALLBACK":     peerAddr + ":5301",
+		"NODEDNS_FALLBACK":     net.JoinHostPort(peerAddr, fallbackPort),
 		"NODEDNS_HANDOVER_DIR": handover,
 	})
 	backendReady := probeURL(be.Spec.ReadinessProbe)
