@@ -74,6 +74,7 @@ type config struct {
 	logLevel        string
 	maxInflight     int
 	shutdownTimeout time.Duration
+	lameduck        time.Duration
 	bindTimeout     time.Duration
 	handoverDir     string
 	holderDir       string
@@ -125,6 +126,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.maxInflightPerSource, "max-inflight-per-source", 0, "misses of one client address resolved at once; past it its queries are answered SERVFAIL; 0 means an eighth of --max-inflight")
 	durationVar(fs, &cfg.shedDelay, "shed-delay", server.DefaultShedDelay, "queue delay that sheds misses: when for 100ms every UDP batch had waited longer than this while 16 or more misses per core were started every 25ms, the limit on misses in flight drops (to 3/4 of those in flight, at least 8) and misses past it are answered stale or SERVFAIL at once, so that cache hits stay fast; 0 disables")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long in-flight queries may take before teardown")
+	durationVar(fs, &cfg.lameduck, "lameduck", 0, "on SIGTERM with no other instance on the node, how long the frontend keeps the node's DNS, answering, before it hands it back to kube-proxy's path: time for kube-proxy to learn that this pod's endpoints are terminating, so that no new flow is sent to them; 0 hands it back at once")
 	durationVar(fs, &cfg.bindTimeout, "bind-timeout", 0, "how long a --listen address another process holds is tried again, every 100ms, before the frontend exits; 0 fails at once (node-ip mode: the DNS server being replaced may still hold the node IP's port 53)")
 	fs.StringVar(&cfg.handoverDir, "handover-dir", defaultHandoverDir, "`DIR` of the unix socket through which a newer instance takes the sockets over; empty disables")
 	fs.StringVar(&cfg.holderDir, "holder-dir", "", "`DIR` of the socket holder's unix socket (nodedns-frontend hold), which keeps this instance's sockets open across a crash; empty disables")
@@ -219,6 +221,9 @@ func (c config) validate() error {
 	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v: must be positive", c.shutdownTimeout))
+	}
+	if c.lameduck < 0 {
+		errs = append(errs, fmt.Errorf("--lameduck %v: must not be negative (0 disables)", c.lameduck))
 	}
 	if c.shedDelay < 0 {
 		errs = append(errs, fmt.Errorf("--shed-delay %v: must not be negative (0 disables)", c.shedDelay))

@@ -252,7 +252,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		releaseHolder(log, sup)
 		return handOver(ctx, cfg, log, srv, h, &stopping, httpSrv)
 	}
-	log.Info("shutting down", zap.Duration("timeout", cfg.shutdownTimeout))
+	log.Info("shutting down", zap.Duration("timeout", cfg.shutdownTimeout), zap.Duration("lameduck", cfg.lameduck))
 	stopping.Store(true)
 	releaseHolder(log, sup)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
@@ -107,7 +108,7 @@ func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, g
 	if err != nil {
 		return nil, fmt.Errorf("node network: %w", err)
 	}
-	t := &takeover{m: m, gate: g, log: log.Named("takeover"), done: make(chan struct{})}
+	t := &takeover{m: m, gate: g, log: log.Named("takeover"), lameduck: cfg.lameduck, done: make(chan struct{})}
 	if cfg.handoverDir != "" {
 		t.lockPath = filepath.Join(cfg.handoverDir, presenceLock)
 	}
@@ -139,6 +140,12 @@ type takeover struct {
 	gate     backendGate
 	log      *zap.Logger
 	lockPath string // "" without a handover directory: always tear down
+	// lameduck is how long the last instance keeps the node's DNS after
+	// SIGTERM (--lameduck): pods' queries that leave it take kube-proxy's
+	// path, whose conntrack entries keep the endpoint they first got for
+	// the flow's lifetime; kube-proxy needs this long to stop giving new
+	// flows this pod's endpoints, which go once its backend stops.
+	lameduck time.Duration
 
 	cancel   context.CancelFunc // stops the background loop; set by Setup
 	done     chan struct{}      // closed when the background loop returns
@@ -238,6 +245,10 @@ func (t *takeover) Teardown(ctx context.Context, drain func()) error {
 			drain()
 			return nil
 		}
+	}
+	if t.lameduck > 0 {
+		t.log.Info("lameduck: still answering the node's DNS before handing it back", zap.Duration("lameduck", t.lameduck))
+		time.Sleep(t.lameduck)
 	}
 	t.log.Info("sending pods' queries back to kube-proxy's path, then draining")
 	rerr := t.m.Release(ctx)
