@@ -106,7 +106,7 @@ images: ## Write OCI archives (linux/amd64 + linux/arm64 indexes) of nodedns-fro
 
 .PHONY: release
 release: ## Push both multi-arch image indexes and the chart (oci://REGISTRY/nodedns:VERSION): make release REGISTRY=... VERSION=... [PLAIN_HTTP=1] (images/README.md).
-	@test -n '$(IMAGE_VERSION)' || { echo 'make release: set VERSION=<semver>, e.g. make release REGISTRY=ghcr.io/owner/nodedns VERSION=0.2.0'; exit 2; }
+	@test -n '$(IMAGE_VERSION)' || { echo 'make release: set VERSION=<semver>, e.g. make release REGISTRY=ghcr.io/OWNER VERSION=0.2.0'; exit 2; }
 	$(GO) run ./images/cmd/nodedns-images -release -registry $(REGISTRY) -version '$(IMAGE_VERSION)' $(if $(PLAIN_HTTP),-insecure)
 
 .PHONY: pod.yaml

@@ -54,7 +54,7 @@ type Image struct {
 // chart for the same version and registry and pushes it.
 func Publish(ctx context.Context, tree images.Tree, opts Options) (Result, error) {
 	if opts.Registry == "" || strings.Contains(opts.Registry, "://") {
-		return Result{}, fmt.Errorf("registry %q: want a repository prefix such as ghcr.io/owner/nodedns", opts.Registry)
+		return Result{}, fmt.Errorf("registry %q: want a repository prefix such as ghcr.io/owner", opts.Registry)
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
