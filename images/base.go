@@ -96,11 +96,6 @@ func CacheDir() (string, error) {
 	return filepath.Join(c, "nodedns", "images"), nil
 }
 
-// BaseUnavailable says why DebianBase cannot build a base here, or "".
-// Building needs neither root nor tools, only the mirror once; it is kept
-// for callers that ask first.
-func BaseUnavailable() string { return "" }
-
 // DebianBase returns the linux/amd64 base layer (DebianBaseFor).
 func DebianBase(ctx context.Context, logf func(string, ...any)) (v1.Layer, error) {
 	return DebianBaseFor(ctx, "amd64", logf)

@@ -140,7 +140,7 @@ func DnsmasqUnavailable() string {
 	if _, err := exec.LookPath("ldd"); err != nil {
 		return "ldd not found"
 	}
-	return images.BaseUnavailable()
+	return ""
 }
 
 // BuildDnsmasqImage builds DnsmasqImage into dir without a container

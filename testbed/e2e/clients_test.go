@@ -243,9 +243,6 @@ func buildNodeImages(ctx context.Context, t *testing.T, dnsmasq bool) nodeImages
 	if r := testbed.RealNodeUnavailable(); r != "" {
 		t.Skip("real nodes: " + r)
 	}
-	if r := images.BaseUnavailable(); r != "" {
-		t.Skip("frontend image: " + r)
-	}
 	if dnsmasq {
 		if r := testbed.DnsmasqUnavailable(); r != "" {
 			t.Skip("dnsmasq image: " + r)
