@@ -30,17 +30,26 @@ type spy struct {
 	probe bool           // the backend's loop probe (HINFO) was seen
 }
 
-// startSpy starts a spy on a free loopback port, UDP and TCP.
+// startSpy starts a spy on a free loopback port, UDP and TCP. A port free
+// for UDP may be taken for TCP (other tests run beside this one): then it
+// tries another.
 func startSpy() (*spy, error) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := pc.LocalAddr().String()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
+	var pc net.PacketConn
+	var l net.Listener
+	var addr string
+	for attempt := 0; ; attempt++ {
+		var err error
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		addr = pc.LocalAddr().String()
+		if l, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
 		pc.Close()
-		return nil, err
+		if attempt == 20 {
+			return nil, err
+		}
 	}
 	s := &spy{Addr: addr, names: map[string]int{}}
 	s.udp = &dns.Server{PacketConn: pc, Handler: s}
