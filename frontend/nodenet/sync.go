@@ -17,7 +17,7 @@ import (
 // installed) with a conntrack entry of its own, which clashes with the
 // entry of an earlier, DNATed query from the same pod port; the kernel
 // then gives the answer another source port and the pod never sees it
-// (lookups lost in the real-node migration, docs/reliability.md). Removal
+// (lookups lost in the real-node migration, docs/studies/2026-12-01-real-node-migrations.md). Removal
 // (want empty) runs in the reverse order for the same reason.
 var managedChains = []struct{ table, chain string }{
 	{"raw", "OUTPUT"},

@@ -73,7 +73,7 @@ const (
 	// millisecond a denial takes on a node, 32 misses in flight still
 	// pass some 30,000 a second, more than a flood sends: in runs of
 	// compare's flood with its generator in real time, the queue stood at
-	// a floor of 32 (docs/reliability.md). 8 still gives each of eight
+	// a floor of 32 (docs/studies/2026-12-02-flood-shedding.md). 8 still gives each of eight
 	// clients with misses in flight a share of one past it
 	// (Server.acquire).
 	shedFloor = 8

@@ -110,7 +110,7 @@ func TestExpositionMetadata(t *testing.T) {
 	for _, want := range []string{
 		// helm/nodedns/dashboards/nodedns.json and docs/monitoring.md
 		"process_resident_memory_bytes", "process_cpu_seconds_total",
-		// docs/performance.md
+		// docs/studies/2026-11-29-frontend-memory.md
 		"go_memstats_heap_inuse_bytes", "go_memstats_next_gc_bytes", "go_gc_duration_seconds",
 		// the Prometheus client's names, as the backend writes them
 		"go_goroutines", "go_threads", "go_info", "go_gc_gomemlimit_bytes", "go_gc_gogc_percent",
