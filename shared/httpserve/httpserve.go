@@ -1,35 +1,40 @@
-// Package httpserve serves the few fixed GET endpoints of a nodedns
-// process: /metrics for Prometheus, /health and /ready for the kubelet. It
-// is net/http's server behind a listener that shares connection slots
-// fairly between peers, so that a neighbour's flood of idle or slow
-// connections cannot starve the probes.
+// Package httpserve is a minimal HTTP/1.1 server for the few fixed GET
+// endpoints of a nodedns process: /metrics for Prometheus, /health and
+// /ready for the kubelet.
 //
-// The server: GET and HEAD (405 otherwise), exact path routing (the query
-// is ignored), a request head of at most 16 KiB (net/http's
-// MaxHeaderBytes) that must arrive within 1 s of the accept
-// (ReadHeaderTimeout, not renewed by each byte), 5 s to write the answer,
-// no keep-alive: every response carries Content-Type, Content-Length and
-// "Connection: close". A handler's panic is answered with 500.
+// It exists because of the size of the per-node frontend binary: nearly all
+// of that binary is resident, its RSS target is 15 MiB, and net/http's
+// server together with the TLS stack it links costs about 2 MB of it. This
+// package imports neither net/http nor anything that does.
 //
-// The listener (listener.go, slots.go): at most 128 connections at once
-// and 32 from one peer address. When a limit is reached, the new
-// connection takes the slot of the oldest one that has not sent a complete
-// request head, instead of being refused, and the kernel hands a TCP
-// connection over only once its first bytes have arrived, or after a
-// second (TCP_DEFER_ACCEPT). See peerListener for why. ServeCounted counts
-// the evictions and refusals.
+// What it supports: GET and HEAD, origin-form targets ("/path?query", the
+// query is ignored) and absolute-form targets ("http://host/path"), exact
+// path routing, HTTP/1.0 and HTTP/1.1 request lines, a request head of at
+// most 16 KiB that must arrive within 1 s of the accept, at most 128
+// connections at once and 32 from one peer address. Every response
+// carries Content-Type, Content-Length and "Connection: close", and the
+// connection is closed after one request.
+//
+// A flood of idle or slow connections cannot starve the endpoints: when a
+// limit is reached, the new connection takes the slot of the oldest one
+// that has not sent a complete request head (or has been answered already)
+// instead of being refused, and the kernel hands a TCP connection over only
+// once its first bytes have arrived, or after a second (TCP_DEFER_ACCEPT).
+// See Server for why. ServeCounted counts the evictions and refusals.
+//
+// What it does not support: keep-alive, pipelining, TLS, request bodies
+// (a body is never read; chunked or not), chunked or streamed responses,
+// methods other than GET and HEAD (405), HTTP/2, Expect: 100-continue.
 package httpserve
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"errors"
-	"io"
-	"log"
 	"maps"
 	"net"
-	"net/http"
-	"strconv"
+	"sync"
 	"time"
 )
 
@@ -38,10 +43,33 @@ import (
 // the connection's goroutine; a panic is answered with 500.
 type Handler func(body *bytes.Buffer) (status int, contentType string)
 
-// maxHeadBytes bounds the bytes of a request line and headers (net/http
-// reads up to 4 KiB more before it answers 431). Prometheus and the
-// kubelet send a few hundred bytes.
-const maxHeadBytes = 16 << 10
+const (
+	// maxConns bounds the connections held at once, in every state. Scrapes
+	// and probes come a few per minute; the bound exists for floods, where
+	// each slot costs a goroutine, a 4 KiB read buffer and a descriptor:
+	// about 2 MiB and 128 descriptors at most, whatever the flood.
+	maxConns = 128
+
+	// maxConnsPerPeer bounds the connections from one remote IP address,
+	// so that one peer that floods evicts its own connections first, not
+	// those of the kubelet or of Prometheus (when they come from another
+	// address).
+	maxConnsPerPeer = 32
+
+	// maxHeadBytes bounds the bytes read for a request line and headers.
+	// Prometheus and the kubelet send a few hundred bytes.
+	maxHeadBytes = 16 << 10
+
+	// acceptRetryDelay is the pause after a failed Accept (EMFILE, a
+	// connection aborted before it was accepted) so that a persistent
+	// error does not spin a core.
+	acceptRetryDelay = 10 * time.Millisecond
+
+	// lingerTimeout bounds how long a connection is drained after the
+	// response, so that unread request bytes do not make the kernel answer
+	// the close with a RST that could discard the response at the client.
+	lingerTimeout = 500 * time.Millisecond
+)
 
 // headTimeout is the deadline for the whole request head, counted from the
 // accept and not renewed by each byte (so a head sent one byte at a time
@@ -52,16 +80,58 @@ const maxHeadBytes = 16 << 10
 // can shorten it; Serve reads it once.
 var headTimeout = 1 * time.Second
 
-// writeTimeout is the deadline for writing the answer once the head is
-// read. Only a peer that sent a complete head gets this far, within its
-// share of the slots. A variable for tests; Serve reads it once.
+// writeTimeout is the deadline for writing the answer once the handler has
+// returned. Only a peer that sent a complete head gets this far, within
+// its share of the slots. A variable for tests; Serve reads it once.
 var writeTimeout = 5 * time.Second
 
 // Server serves the handlers by exact path on one listener.
+//
+// Connection slots (the choice of a victim is in makeRoom). A connection is pending from the accept until its
+// request head is complete, serving while the handler runs and the answer
+// is written, and lingering while the close drains. Pending and lingering
+// connections are evictable: an accepted connection that finds its peer at
+// maxConnsPerPeer, or the server at maxConns, closes the first evictable
+// connection (of that peer, or of anyone) and takes its slot; only when no
+// connection is evictable is the new one closed instead. The first
+// evictable connection is a lingering one (it has its answer) if any, else
+// the oldest pending one without unread bytes in the kernel. Refusing new connections at a limit, as an
+// ordinary server does, lets whoever holds the slots keep them for as long
+// as the head timeout, and renew them at will: 16 idle connections made
+// every probe fail. With eviction, a probe, which sends its head at once,
+// completes unless more than a limit's worth of connections arrive in the
+// moment between its connect and its head; idle and slow connections only
+// evict one another. That moment is closed by deferring accepts
+// (deferAccept): a probe reaches Accept with its head already waiting, and
+// an idle flood is handed over about once a second per connection instead
+// of as fast as it re-dials, so even a flood from the probes' own address
+// cannot evict a probe. The head timeout bounds what any connection may
+// hold without a flood behind it.
 type Server struct {
-	hs     *http.Server
-	pl     *peerListener
-	routes map[string]Handler // copied at Serve, read-only afterwards
+	l            net.Listener
+	routes       map[string]Handler // copied at Serve, read-only afterwards
+	headTimeout  time.Duration      // headTimeout as Serve found it
+	writeTimeout time.Duration      // writeTimeout as Serve found it
+	metrics      Metrics            // read-only after Serve
+	deferErr     error              // why accepts are not deferred (deferAccept), nil when they are
+
+	wg   sync.WaitGroup // the accept loop and every connection goroutine
+	done chan struct{}  // closed when wg reaches zero after the accept loop ended
+
+	mu        sync.Mutex
+	closed    bool               // guarded by mu; set by Shutdown, then no connection is added
+	conns     map[net.Conn]*slot // guarded by mu; the connections holding a slot
+	perPeer   map[string]int     // guarded by mu; len(conns) by peer address, no zero entries
+	evictable list.List          // guarded by mu; of *slot: lingering ones, then pending ones oldest first
+}
+
+// slot is one connection's place in the server's accounting.
+type slot struct {
+	c        net.Conn
+	peer     string        // remote IP address, the per-peer key
+	elem     *list.Element // guarded by Server.mu; in evictable while pending or lingering, else nil
+	gone     bool          // guarded by Server.mu; the slot was freed (evicted or released)
+	answered bool          // guarded by Server.mu; lingering after its answer
 }
 
 // Serve starts serving routes (path → handler; the query string is ignored)
@@ -74,89 +144,112 @@ func Serve(l net.Listener, routes map[string]Handler) *Server {
 // ServeCounted is Serve, counting the connections evicted and refused at
 // the limits in m.
 func ServeCounted(l net.Listener, routes map[string]Handler, m Metrics) *Server {
-	s := &Server{pl: newPeerListener(l, m, headTimeout), routes: maps.Clone(routes)}
-	s.hs = &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: headTimeout,
-		WriteTimeout:      writeTimeout,
-		MaxHeaderBytes:    maxHeadBytes,
-		// The slot travels with the request, for the handler to mark it
-		// serving (no longer evictable).
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if pc, ok := c.(*peerConn); ok {
-				return context.WithValue(ctx, slotKey{}, pc.st)
-			}
-			return ctx
-		},
-		// A flood's broken heads are not worth a line each on stderr.
-		ErrorLog: log.New(io.Discard, "", 0),
+	s := &Server{
+		l:            l,
+		routes:       maps.Clone(routes),
+		headTimeout:  headTimeout,
+		writeTimeout: writeTimeout,
+		metrics:      m,
+		done:         make(chan struct{}),
+		conns:        make(map[net.Conn]*slot),
+		perPeer:      make(map[string]int),
 	}
-	s.hs.SetKeepAlivesEnabled(false)
-	go s.hs.Serve(s.pl) // returns when Shutdown closes the listener
+	s.deferErr = deferAccept(l, s.headTimeout)
+	// The accept loop holds one count of wg until it ends, so the counts
+	// added for connections never start from zero while Wait runs.
+	s.wg.Add(1)
+	go s.acceptLoop()
+	go func() {
+		s.wg.Wait()
+		close(s.done)
+	}()
 	return s
 }
 
 // Addr returns the listener's address.
-func (s *Server) Addr() net.Addr { return s.pl.Addr() }
+func (s *Server) Addr() net.Addr { return s.l.Addr() }
 
 // Shutdown closes the listener, then waits for the connections being served
 // to finish, until ctx ends; then it closes them. It returns ctx.Err() if it
-// had to cut connections, otherwise nil. It does not wait for a handler
-// that is still running on a cut connection.
+// had to cut connections, otherwise the error of closing the listener (nil
+// when it was already closed). It does not wait for a handler that is still
+// running on a cut connection.
 func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.hs.Shutdown(ctx)
-	if err == nil || errors.Is(err, net.ErrClosed) {
-		return nil
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	lerr := s.l.Close()
+	if errors.Is(lerr, net.ErrClosed) {
+		lerr = nil
 	}
-	if ctx.Err() != nil {
-		s.hs.Close()
-		return ctx.Err()
+	select {
+	case <-s.done:
+		return lerr
+	case <-ctx.Done():
 	}
-	return err
+	s.mu.Lock()
+	cut := len(s.conns)
+	for c := range s.conns {
+		c.Close() // the serving goroutine sees the error and cleans up
+	}
+	s.mu.Unlock()
+	if cut == 0 {
+		return lerr
+	}
+	return ctx.Err()
 }
 
-type slotKey struct{}
-
-// ServeHTTP answers one request from the routes.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if st, ok := r.Context().Value(slotKey{}).(*slot); ok && !s.pl.serving(st) {
-		return // evicted while its head arrived; the connection is closed
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	h, ok := s.routes[r.URL.Path]
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	status, contentType, body := callHandler(h)
-	w.Header().Set("Content-Type", contentType)
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	if r.Method != http.MethodHead {
-		w.Write(body)
-	}
-}
-
-// callHandler runs h, turning a panic or an unusable result into a 500.
-func callHandler(h Handler) (status int, contentType string, body []byte) {
-	defer func() {
-		if recover() != nil {
-			status, contentType, body = 500, textPlain, []byte("500 internal server error\n")
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || s.isClosed() {
+				return
+			}
+			// Every other error is treated as temporary: the server has no
+			// one to report to, and giving up would silently end /health.
+			time.Sleep(acceptRetryDelay)
+			continue
 		}
-	}()
-	var b bytes.Buffer
-	status, contentType = h(&b)
-	if status < 200 || status > 999 { // 1xx are interim, not final answers
-		return 500, textPlain, []byte("500 internal server error\n")
+		st := &slot{c: c, peer: peerOf(c)}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		victim, limit, ok := s.makeRoom(st.peer)
+		if !ok {
+			s.mu.Unlock()
+			c.Close() // every slot it may take is serving a request
+			s.metrics.refused(limit)
+			continue
+		}
+		st.elem = s.evictable.PushBack(st)
+		s.conns[c] = st
+		s.perPeer[st.peer]++
+		s.wg.Add(1)
+		s.mu.Unlock()
+		if victim != nil {
+			victim.Close() // its goroutine sees the error and ends
+			s.metrics.evicted(limit)
+		}
+		go s.serveConn(st)
 	}
-	if contentType == "" {
-		contentType = "application/octet-stream"
-	}
-	return status, contentType, b.Bytes()
 }
 
-const textPlain = "text/plain; charset=utf-8"
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// release frees st's slot unless it was evicted, and ends its goroutine's
+// count; st's connection is closed by then.
+func (s *Server) release(st *slot) {
+	s.mu.Lock()
+	s.forget(st)
+	s.mu.Unlock()
+	s.wg.Done()
+}

@@ -15,14 +15,15 @@ import (
 // made.
 // s.mu is held.
 //
-// The victim is the first evictable connection, in list order (pending,
-// oldest first), that has no unread bytes waiting in the kernel. A pending connection with bytes waiting is one whose goroutine
+// The victim is the first evictable connection, in list order (lingering,
+// then pending oldest first), that has no unread bytes waiting in the
+// kernel. A pending connection with bytes waiting is one whose goroutine
 // has not yet run since its data arrived: a probe that sent its whole head
 // at once, about to be answered. Passing over those keeps a flood that
 // re-dials as fast as the server closes its connections from evicting the
 // probe in that moment. Only when every candidate has bytes waiting is the
 // first of them evicted.
-func (s *peerListener) makeRoom(peer string) (victim net.Conn, limit Limit, ok bool) {
+func (s *Server) makeRoom(peer string) (victim net.Conn, limit Limit, ok bool) {
 	switch {
 	case s.perPeer[peer] >= maxConnsPerPeer:
 		limit = PeerLimit
@@ -45,7 +46,7 @@ func (s *peerListener) makeRoom(peer string) (victim net.Conn, limit Limit, ok b
 		if !pick(st) {
 			continue
 		}
-		if !hasUnread(st.c) {
+		if st.answered || !hasUnread(st.c) {
 			s.forget(st)
 			return st.c, limit, true
 		}
@@ -81,7 +82,7 @@ func hasUnread(c net.Conn) bool {
 }
 
 // forget frees st's slot. s.mu is held.
-func (s *peerListener) forget(st *slot) {
+func (s *Server) forget(st *slot) {
 	if st.gone {
 		return
 	}
@@ -96,10 +97,9 @@ func (s *peerListener) forget(st *slot) {
 	}
 }
 
-// serving moves st out of the evictable list once its head is read (its
-// handler runs). It returns false if st was evicted meanwhile (its
-// connection is closed).
-func (s *peerListener) serving(st *slot) bool {
+// serving moves st out of the evictable list once its head is read. It
+// returns false if st was evicted meanwhile (its connection is closed).
+func (s *Server) serving(st *slot) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st.gone {
@@ -110,6 +110,16 @@ func (s *peerListener) serving(st *slot) bool {
 		st.elem = nil
 	}
 	return true
+}
+
+// lingering makes st, answered, the first to be evicted.
+func (s *Server) lingering(st *slot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !st.gone && st.elem == nil {
+		st.answered = true
+		st.elem = s.evictable.PushFront(st)
+	}
 }
 
 // peerOf returns the remote IP address of c, the key of the per-peer
