@@ -37,7 +37,7 @@ func DefaultHTTPCostConfig() HTTPCostConfig {
 	return HTTPCostConfig{
 		FrontendBin: "bin/nodedns-frontend",
 		Rounds:      5,
-		Requests:    400,
+		Requests:    1000,
 		Flood:       1000,
 		FloodFor:    3 * time.Second,
 		OutDir:      "out/httpcost",
