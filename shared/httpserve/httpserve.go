@@ -4,7 +4,7 @@
 //
 // It exists for the per-node frontend's memory, whose RSS target is 15 MiB:
 // net/http's server in its place, with the same limits, cost 2.0 MiB of
-// binary, 1.1 MiB of RSS at rest and 1.7-5.6 MiB at peak, at the same CPU
+// binary, 1.1 MiB of RSS at rest and 1.6-5.6 MiB at peak, at the same CPU
 // per request (README.md, `nodedns-loadtest httpcost`). This package
 // imports neither net/http nor anything that does.
 //
