@@ -21,27 +21,35 @@ build: ## Build bin/nodedns-frontend, bin/nodedns-backend and bin/nodedns-loadte
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/nodedns-backend ./backend
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/nodedns-loadtest ./loadtest
 
-# `make test` records each tier's `go test -json` events under TEST_OUT and
-# ends with one summary of both (tools/testsummary): tests run, passed,
-# failed, skipped, and each skip reason with its count. With
-# NODEDNS_STRICT_SKIPS=1 (.ci/run) a skip is an error unless
+# `make test` runs both tiers under gotestsum (gotest.tools/gotestsum,
+# pinned and built by tools/gotestsum/build.sh into ~/.cache/nodedns): it
+# shows each package's result and each failing test's output as they come,
+# records every `go test -json` event in TEST_EVENTS, and ends with one
+# summary of both tiers and their failures. tools/testsummary then adds
+# tests run, passed, failed, skipped, and each skip reason with its count;
+# with NODEDNS_STRICT_SKIPS=1 (.ci/run) a skip is an error unless
 # tools/testsummary/allow.go names its reason. Both tiers run even when the
 # first fails; the status is non-zero when anything failed.
 TEST_OUT    := $(BIN)/test
+TEST_EVENTS := $(TEST_OUT)/events.json
 TESTSUMMARY := $(BIN)/testsummary
+# The tiers, as one command whose stdout is both tiers' events.
+REST_PKGS    = $(shell $(GO) list ./... | grep -v -E '/nodedns/(frontend|shared)(/|$$)')
+TEST_TIERS   = status=0; \
+	CGO_ENABLED=1 $(GO) test -json -race -count=1 -timeout 20m $(RACE_PKGS) || status=1; \
+	$(GO) test -json -count=1 -timeout 60m $(REST_PKGS) || status=1; \
+	exit $$status
 
 test: build ## Run the whole test suite; as root, first install what it needs (tools/deps.sh, make tools); end with a summary of what ran and skipped.
 	@tools/deps.sh test
 	@if [ "$$(id -u)" -eq 0 ]; then $(MAKE) --no-print-directory tools; fi
 	$(GO) vet ./...
 	$(GO) build -o $(TESTSUMMARY) ./tools/testsummary
-	@rm -f $(TEST_OUT)/race.json $(TEST_OUT)/rest.json
-	@status=0; \
-	CGO_ENABLED=1 $(TESTSUMMARY) run $(TEST_OUT)/race.json -- \
-		$(GO) test -json -race -count=1 -timeout 20m $(RACE_PKGS) || status=1; \
-	$(TESTSUMMARY) run $(TEST_OUT)/rest.json -- \
-		$(GO) test -json -count=1 -timeout 60m $$($(GO) list ./... | grep -v -E '/nodedns/(frontend|shared)(/|$$)') || status=1; \
-	$(TESTSUMMARY) report $(TEST_OUT)/race.json $(TEST_OUT)/rest.json || status=1; \
+	@rm -f $(TEST_EVENTS)
+	@gotestsum=$$(tools/gotestsum/build.sh) || exit 1; status=0; \
+	$$gotestsum --format pkgname-and-test-fails --hide-summary=skipped --jsonfile $(TEST_EVENTS) \
+		--raw-command -- sh -c '$(TEST_TIERS)' || status=1; \
+	$(TESTSUMMARY) $(TEST_EVENTS) || status=1; \
 	exit $$status
 
 # `make difftest` runs the differential suite alone (difftest/README.md);
@@ -79,8 +87,9 @@ APICOST_FLAGS ?=
 apicost: build ## Measure what nodedns backends cost kube-apiserver next to kube-proxy's watches (root; ~25 min; tables in bin/apicost.md).
 	NODEDNS_ETCD=$${NODEDNS_ETCD:-$$(apicost/build-etcd.sh)} $(GO) run ./apicost/cmd/nodedns-apicost -out $(BIN)/apicost.md $(APICOST_FLAGS)
 
-tools: ## Build the testbed's Kubernetes binaries: kube-apiserver, kube-proxy, and kubelet, controller-manager, scheduler, kubectl for real nodes (first time about 3.5 min on two cores; cached in ~/.cache/nodedns).
+tools: ## Build the testbed's Kubernetes binaries: kube-apiserver, kube-proxy, and kubelet, controller-manager, scheduler, kubectl for real nodes (first time about 3.5 min on two cores; cached in ~/.cache/nodedns), and gotestsum.
 	tools/k8s/build.sh realnode
+	tools/gotestsum/build.sh >/dev/null
 
 testbed: tools ## Run etcd + kube-apiserver in the foreground; prints a kubeconfig; Ctrl-C stops.
 	$(GO) run ./testbed/cmd/nodedns-testbed

@@ -5,6 +5,7 @@
 //	nodedns-loadtest load [flags]    load generator: many pods' stub resolvers
 //	nodedns-loadtest compare [flags] the per-node DNS designs side by side on the testbed
 //	nodedns-loadtest demo [flags]    nodedns on a testbed node, then the comparison (make demo)
+//	nodedns-loadtest httpcost [flags] the HTTP endpoints' CPU and memory, two frontend binaries side by side
 package main
 
 import (
@@ -29,6 +30,8 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"load":    runLoad,
 	"compare": runCompare,
 	"demo":    runDemo,
+	// httpcost measures what serving /metrics, /health and /ready costs.
+	"httpcost": runHTTPCost,
 }
 
 func main() {
@@ -45,7 +48,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintf(stderr, "usage: nodedns-loadtest <command> [flags]  (version %s)\n\ncommands:\n  bench   side-by-side cache-hit benchmark (frontend, unbound, dnsmasq, CoreDNS as NodeLocal DNSCache)\n  load    load generator: many pods' stub resolvers (search path, A+AAAA, retries) against one nameserver\n  compare the per-node DNS designs side by side on the testbed (CoreDNS Deployment, NodeLocal DNSCache, dnsmasq+CoreDNS, nodedns)\n  demo    nodedns on a testbed node (answers, cache hits, no conntrack entry), then the comparison: what `make demo` runs\n\nRun `nodedns-loadtest <command> -h` for its flags.\n", version)
+		fmt.Fprintf(stderr, "usage: nodedns-loadtest <command> [flags]  (version %s)\n\ncommands:\n  bench   side-by-side cache-hit benchmark (frontend, unbound, dnsmasq, CoreDNS as NodeLocal DNSCache)\n  load    load generator: many pods' stub resolvers (search path, A+AAAA, retries) against one nameserver\n  compare the per-node DNS designs side by side on the testbed (CoreDNS Deployment, NodeLocal DNSCache, dnsmasq+CoreDNS, nodedns)\n  demo    nodedns on a testbed node (answers, cache hits, no conntrack entry), then the comparison: what `make demo` runs\n  httpcost the HTTP endpoints' CPU per scrape and probe and RSS, two frontend binaries side by side\n\nRun `nodedns-loadtest <command> -h` for its flags.\n", version)
 		if len(args) == 0 {
 			return errors.New("no command")
 		}
@@ -104,4 +107,28 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return f.Close()
+}
+
+func runHTTPCost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := bench.DefaultHTTPCostConfig()
+	fs := flag.NewFlagSet("httpcost", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.FrontendBin, "frontend", cfg.FrontendBin, "nodedns-frontend binary")
+	fs.StringVar(&cfg.BaselineBin, "baseline", cfg.BaselineBin, "a second nodedns-frontend `binary` (say the previous commit's) measured beside -frontend in the same run")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "times the two binaries take turns")
+	fs.IntVar(&cfg.Requests, "requests", cfg.Requests, "scrapes, and again probes, per binary per round")
+	fs.IntVar(&cfg.Flood, "flood", cfg.Flood, "idle connections held against each HTTP port at the end (0: none)")
+	fs.DurationVar(&cfg.FloodFor, "flood-for", cfg.FloodFor, "how long the flood lasts")
+	fs.StringVar(&cfg.OutDir, "out", cfg.OutDir, "output dir: the frontends' logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("httpcost: unexpected arguments %q", fs.Args())
+	}
+	rows, err := bench.HTTPCost(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	return bench.WriteHTTPCost(stdout, cfg, rows)
 }

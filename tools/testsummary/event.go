@@ -12,23 +12,17 @@ type Event struct {
 	// output, build-output and build-fail.
 	Action string
 	// Package is the import path of the test binary's package; empty on
-	// build-output and build-fail events, which carry ImportPath.
+	// build-output and build-fail events.
 	Package string
 	// Test names the test or subtest the event belongs to; empty for
 	// events of the package as a whole.
 	Test string
-	// Output is one line of output, newline included, on output and
-	// build-output events.
+	// Output is one line of output, newline included, on output events.
 	Output string
-	// ImportPath names the package being built, on build events.
-	ImportPath string
-	// FailedBuild is set on a package's fail event when its build failed.
-	FailedBuild string
 }
 
 // parseEvent decodes one line. ok is false when the line is not a
-// test2json event (a stray line a command wrote to stdout), which callers
-// keep as raw output.
+// test2json event (a stray line a command wrote to stdout).
 func parseEvent(line []byte) (ev Event, ok bool) {
 	if len(line) == 0 || line[0] != '{' {
 		return Event{}, false

@@ -22,38 +22,17 @@ type SkipPolicy struct {
 	Expected *regexp.Regexp
 }
 
-// Report writes the summary of r for a person: packages, tests run,
-// passed, failed and skipped, the failures, and each distinct skip reason
-// with its count. With p.Strict, a skip whose reason is neither in
-// allowedSkips nor matched by p.Expected is marked as an error. It returns
-// whether the run is a success: nothing failed and, with p.Strict, every
-// skip is allowed or expected.
-func Report(w io.Writer, r *Results, p SkipPolicy) bool {
-	pass, fail, noTests := r.Packages()
-	run := r.Passed + r.Failed + r.Skipped
+// Report writes the summary of t for a person: tests run, passed, failed
+// and skipped, and each distinct skip reason with its count; gotestsum's
+// summary above it lists the failures. With p.Strict, a skip whose reason
+// is neither in allowedSkips nor matched by p.Expected is marked as an
+// error. It returns whether the run is a success: nothing failed and, with
+// p.Strict, every skip is allowed or expected.
+func Report(w io.Writer, t *Tally, p SkipPolicy) bool {
+	run := t.Passed + t.Failed + t.Skipped
 	fmt.Fprintf(w, "\n==== test summary ====\n")
-	fmt.Fprintf(w, "packages: %d ok, %d failed, %d without tests\n", pass, fail, noTests)
-	fmt.Fprintf(w, "tests:    %d run (subtests included): %d passed, %d failed, %d skipped\n", run, r.Passed, r.Failed, r.Skipped)
-	if r.Unparsed > 0 {
-		fmt.Fprintf(w, "note:     %d output lines were not go test -json events (printed as they came)\n", r.Unparsed)
-	}
-	if len(r.FailedPackages) > 0 {
-		fmt.Fprintf(w, "\nFAILED packages:\n")
-		for _, f := range r.FailedPackages {
-			fmt.Fprintf(w, "  %s: %s\n", f.Package, f.Why)
-		}
-	}
-	if len(r.Failures) > 0 {
-		fmt.Fprintf(w, "\nFAILED tests (their output is printed above, where they failed):\n")
-		for _, f := range r.Failures {
-			fmt.Fprintf(w, "  %s %s", f.Package, f.Test)
-			if f.Why != "" {
-				fmt.Fprintf(w, ": %s", f.Why)
-			}
-			fmt.Fprintln(w)
-		}
-	}
-	groups := r.SkipGroups()
+	fmt.Fprintf(w, "tests: %d run (subtests included): %d passed, %d failed, %d skipped\n", run, t.Passed, t.Failed, t.Skipped)
+	groups := t.SkipGroups()
 	disallowed, expected := 0, 0
 	if len(groups) > 0 {
 		fmt.Fprintf(w, "\nskipped, by reason (%d distinct):\n", len(groups))
@@ -82,19 +61,20 @@ func Report(w io.Writer, r *Results, p SkipPolicy) bool {
 			fmt.Fprintf(w, "        %s %s%s\n", s.Package, s.Test, loc)
 		}
 	}
-	ok := r.OK() && disallowed == 0
+	ok := t.OK() && disallowed == 0
 	var verdict []string
-	if !r.OK() {
-		verdict = append(verdict, fmt.Sprintf("failed: %d tests, %d packages", r.Failed, len(r.FailedPackages)))
+	if !t.OK() {
+		verdict = append(verdict, fmt.Sprintf("failed: %d tests, %d packages (listed by gotestsum above)", t.Failed, t.FailedPackages))
 	}
 	if disallowed > 0 {
 		verdict = append(verdict, fmt.Sprintf("%d tests skipped for reasons this machine should meet (NODEDNS_STRICT_SKIPS=1; allowed reasons: tools/testsummary/allow.go)", disallowed))
 	}
-	if ok && expected > 0 {
-		fmt.Fprintf(w, "\nPASS (%d passed, %d skipped, %d of them expected on this machine: NODEDNS_EXPECTED_SKIPS=%s)\n", r.Passed, r.Skipped, expected, p.Expected)
-	} else if ok {
-		fmt.Fprintf(w, "\nPASS (%d passed, %d skipped)\n", r.Passed, r.Skipped)
-	} else {
+	switch {
+	case ok && expected > 0:
+		fmt.Fprintf(w, "\nPASS (%d passed, %d skipped, %d of them expected on this machine: NODEDNS_EXPECTED_SKIPS=%s)\n", t.Passed, t.Skipped, expected, p.Expected)
+	case ok:
+		fmt.Fprintf(w, "\nPASS (%d passed, %d skipped)\n", t.Passed, t.Skipped)
+	default:
 		fmt.Fprintf(w, "\nFAIL: %s\n", strings.Join(verdict, "; "))
 	}
 	return ok

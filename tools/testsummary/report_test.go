@@ -42,7 +42,7 @@ func TestReport(t *testing.T) {
 			events: [][]Event{passEvents("p", "TestA"), skipEvents("p", "TestB", notRoot), skipEvents("p", "TestC", notRoot)},
 			ok:     true,
 			want: []string{
-				"tests:    3 run (subtests included): 1 passed, 0 failed, 2 skipped",
+				"tests: 3 run (subtests included): 1 passed, 0 failed, 2 skipped",
 				"skipped, by reason (1 distinct):",
 				"     2  " + notRoot + "\n",
 				"        p TestB (x_test.go:7)",
@@ -93,7 +93,7 @@ func TestReport(t *testing.T) {
 				{Action: "fail", Package: "p", Test: "TestF"},
 				{Action: "fail", Package: "p"},
 			}},
-			want: []string{"packages: 0 ok, 1 failed", "  p TestF\n", "FAIL: failed: 1 tests, 1 packages"},
+			want: []string{"tests: 2 run (subtests included): 1 passed, 1 failed, 0 skipped", "FAIL: failed: 1 tests, 1 packages"},
 		},
 		{
 			name:   "more than three tests under one reason are elided",
@@ -104,7 +104,7 @@ func TestReport(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := NewResults(nil)
+			r := NewTally()
 			for _, evs := range tt.events {
 				for _, ev := range evs {
 					r.Add(ev)
