@@ -39,7 +39,8 @@ type stubDNS struct {
 
 // SetStubRecord makes the stub upstream answer name (any case, with or
 // without the final dot) with an A record for ip; "*.DOMAIN" answers every
-// name under DOMAIN (a wildcard, RFC 4592) that has no record of its own. It starts the stub in the
+// name one label under DOMAIN that has no record of its own (a wildcard,
+// RFC 4592, for names of that one level only). It starts the stub in the
 // control-plane namespace on first use; AddRealNode starts it too.
 func (tb *Testbed) SetStubRecord(name string, ip net.IP) error {
 	s, err := tb.ensureStubDNS()
