@@ -27,8 +27,10 @@ import (
 // answered, the flood refused for its domain's share.
 func slowDomainFromHostNetwork(ctx context.Context, t *testing.T, r *kubeadmRun) {
 	const (
-		flood      = 15 * time.Second
-		okDomain   = "ok.stub.test."
+		flood = 15 * time.Second
+		// Another registrable domain than the flooded one (stub.test):
+		// names of one registrable domain share its share.
+		okDomain   = "ok.fair.test."
 		okIP       = "192.0.2.77"
 		clientRate = 20
 	)
@@ -115,6 +117,23 @@ func slowDomainFromHostNetwork(ctx context.Context, t *testing.T, r *kubeadmRun)
 	}
 	if failedAll {
 		t.Logf("pods:\n%s", podStates(ctx, tb))
+	}
+	// The flood was refused for its domain's share, on the node's
+	// frontend (--metrics=$(NODE_IP):9253 in the chart).
+	out, err := r.nodes[0].Run(ctx, "curl", "-sf", "--max-time", "5", "http://"+r.nodes[0].IP.String()+":9253/metrics")
+	if err != nil {
+		t.Fatalf("frontend metrics on %s: %v\n%.500s", node, err, out)
+	}
+	var refused []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "nodedns_server_refused_total{") {
+			refused = append(refused, l)
+		}
+	}
+	t.Logf("FIGURE real node, %s frontend: %s", node, strings.Join(refused, "; "))
+	if !strings.Contains(string(out), `nodedns_server_refused_total{reason="inflight_domain"} `) ||
+		strings.Contains(string(out), `nodedns_server_refused_total{reason="inflight_domain"} 0`+"\n") {
+		t.Error("no miss refused for its domain's share: the flood did not reach it, the test shows nothing")
 	}
 }
 
