@@ -111,10 +111,11 @@ type Config struct {
 	// DefaultSourceShare (250), at least 1.
 	MaxInflightPerSource int
 
-	// MaxInflightPerDomain bounds the misses in flight under one domain
-	// (its registrable domain, or its namespace in ClusterDomain:
-	// domains.go), whoever sent them; further misses under it are
-	// answered by Handler.Overloaded. Default: MaxInflight /
+	// MaxInflightPerDomain bounds the distinct questions in flight under
+	// one domain (its registrable domain, or its namespace in
+	// ClusterDomain: domains.go), whoever sent them; a miss of a new
+	// question under it past that is answered by Handler.Overloaded,
+	// one of a question in flight is not (it joins that exchange). Default: MaxInflight /
 	// DefaultDomainShare (125), at least 1.
 	MaxInflightPerDomain int
 

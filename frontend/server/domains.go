@@ -37,14 +37,21 @@ import (
 // alone. A pod's search-path tries of an external name (NAME.NS.svc.DOMAIN)
 // count in the pod's namespace, where they are denied from memory.
 
-// domKey identifies a domain in the per-domain table: a hash of its
-// lowercased name (collisions only merge two domains' shares). 0 means
-// no domain (the question did not parse): such a miss has no domain share.
-type domKey uint64
+// domKey identifies a miss's question and its domain in the per-domain
+// table: hashes of the domain's lowercased name and of the question
+// (name and type; collisions only merge two shares). The zero key means
+// no domain (the question did not parse): such a miss has no domain
+// share.
+type domKey struct{ dom, q uint64 }
 
-// domainTable counts the misses in flight per domain. Only misses touch
-// it. An entry exists only while its domain has a miss in flight, so it
-// never holds more than MaxInflight entries.
+// domainTable counts, per domain, the distinct questions in flight, and
+// per question the misses that ask it. Only misses touch it. A share
+// counts distinct questions, not misses: misses of one question share
+// one backend exchange (the resolver and the upstream pool coalesce
+// them), so the backlog a restart leaves, many pods asking the same few
+// names, costs the backend little, while a flood of new names under a
+// slow domain holds one exchange each. Entries exist only while a miss
+// is in flight, so neither map holds more than MaxInflight entries.
 type domainTable struct {
 	seed   maphash.Seed
 	shards [srcShards]domShard
@@ -55,9 +62,10 @@ type domainTable struct {
 }
 
 type domShard struct {
-	mu sync.Mutex       // guards m
-	m  map[domKey]int32 // entries with a non-zero count only
-	_  [64 - 8 - 8]byte // keeps shards on separate cache lines
+	mu        sync.Mutex       // guards the maps
+	questions map[uint64]int32 // distinct questions in flight per domain, non-zero only
+	misses    map[domKey]int32 // misses in flight per question, non-zero only
+	_         [64 - 8 - 16]byte
 }
 
 func newDomainTable() *domainTable {
@@ -66,90 +74,109 @@ func newDomainTable() *domainTable {
 	return t
 }
 
-func (t *domainTable) shard(k domKey) *domShard { return &t.shards[uint64(k)>>58] }
+func (t *domainTable) shard(k domKey) *domShard { return &t.shards[k.dom>>58] }
 
-// take adds one miss to k's count unless it already holds limit; false
-// means the domain is at its share. The zero key always succeeds.
+// take adds a miss of k unless its question is new and its domain already
+// has limit distinct questions in flight; false means the domain is at
+// its share. A miss whose question is already in flight is always taken:
+// it adds no exchange. The zero key always succeeds.
 func (t *domainTable) take(k domKey, limit int) bool {
-	if k == 0 {
+	if k == (domKey{}) {
 		return true
 	}
 	sh := t.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.m == nil {
-		sh.m = make(map[domKey]int32)
+	if sh.misses == nil {
+		sh.misses, sh.questions = make(map[domKey]int32), make(map[uint64]int32)
 	}
-	n := sh.m[k]
-	if int(n) >= limit {
+	if n := sh.misses[k]; n > 0 {
+		sh.misses[k] = n + 1
+		return true
+	}
+	d := sh.questions[k.dom]
+	if int(d) >= limit {
 		return false
 	}
-	sh.m[k] = n + 1
+	sh.questions[k.dom] = d + 1
+	sh.misses[k] = 1
 	return true
 }
 
-// give returns one miss taken for k.
+// give returns a miss taken for k.
 func (t *domainTable) give(k domKey) {
-	if k == 0 {
+	if k == (domKey{}) {
 		return
 	}
 	sh := t.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	switch n := sh.m[k]; {
+	switch n := sh.misses[k]; {
 	case n > 1:
-		sh.m[k] = n - 1
-	case n == 1:
-		delete(sh.m, k)
+		sh.misses[k] = n - 1
+		return
+	case n < 1:
+		return
+	}
+	delete(sh.misses, k)
+	if d := sh.questions[k.dom]; d > 1 {
+		sh.questions[k.dom] = d - 1
+	} else {
+		delete(sh.questions, k.dom)
 	}
 }
 
-// held returns the misses in flight under k, for tests.
+// held returns the distinct questions in flight under k's domain, for
+// tests.
 func (t *domainTable) held(k domKey) int {
 	sh := t.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return int(sh.m[k])
+	return int(sh.questions[k.dom])
 }
 
-// key returns the domain key of req's question, grouped as described
+// key returns the key of req's question, its domain grouped as described
 // above, with cluster the cluster domain in lowercase without the final
 // dot ("" for none). It allocates once (publicsuffix's failed parse of
 // the name as an IP address), and only misses call it.
 func (t *domainTable) key(req []byte, cluster string) domKey {
 	buf := t.names.Get().(*[dnswire.MaxNameLen]byte)
 	defer t.names.Put(buf)
-	name, ok := questionText(buf, req)
+	name, end, ok := questionText(buf, req)
 	if !ok {
-		return 0
+		return domKey{}
 	}
-	g := domainOf(name, cluster)
-	h := maphash.String(t.seed, g)
-	if h == 0 {
-		h = 1
+	k := domKey{dom: maphash.String(t.seed, domainOf(name, cluster)), q: maphash.String(t.seed, name)}
+	if end+2 <= len(req) {
+		// The type: A and AAAA of a name are two exchanges.
+		k.q ^= uint64(req[end])<<8 | uint64(req[end+1])
 	}
-	return domKey(h)
+	if k.dom == 0 {
+		k.dom = 1
+	}
+	return k
 }
 
 // questionText writes the first question's name of req into buf as
 // lowercase dotted text without the final dot ("" for the root) and
-// returns it as a string over buf; false when there is no question or it
-// does not parse.
-func questionText(buf *[dnswire.MaxNameLen]byte, req []byte) (string, bool) {
+// returns it as a string over buf, with the offset in req just past the
+// name; false when there is no question or it does not parse.
+func questionText(buf *[dnswire.MaxNameLen]byte, req []byte) (string, int, bool) {
 	if len(req) < headerLen || req[4] == 0 && req[5] == 0 {
-		return "", false
+		return "", 0, false
 	}
-	n := 0
+	n, end := 0, 0
 	for i := headerLen; ; {
 		if i >= len(req) {
-			return "", false
+			return "", 0, false
 		}
 		l := int(req[i])
 		if l == 0 {
+			end = i + 1
 			break
 		}
 		if l&0xC0 != 0 || i+1+l > len(req) || n+l+1 > len(buf) {
-			return "", false
+			return "", 0, false
 		}
 		if n > 0 {
 			buf[n] = '.'
@@ -165,9 +192,9 @@ func questionText(buf *[dnswire.MaxNameLen]byte, req []byte) (string, bool) {
 		i += 1 + l
 	}
 	if n == 0 {
-		return "", true
+		return "", end, true
 	}
-	return unsafe.String(&buf[0], n), true
+	return unsafe.String(&buf[0], n), end, true
 }
 
 // domainOf returns the group of name (lowercase, dotted, no final dot):

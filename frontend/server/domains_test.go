@@ -43,18 +43,24 @@ func TestDomainKey(t *testing.T) {
 		}
 		return tbl.key(b, "cluster.local")
 	}
-	if key("a.Hang.EXAMPLE.") != key("b.hang.example.") {
-		t.Error("two names of one registrable domain, in any case, have different keys")
+	if key("a.Hang.EXAMPLE.").dom != key("b.hang.example.").dom {
+		t.Error("two names of one registrable domain, in any case, have different domains")
 	}
-	if key("a.hang.example.") == key("a.other.example.") {
+	if key("a.Hang.EXAMPLE.") != key("a.hang.example.") {
+		t.Error("one question in two cases has two keys")
+	}
+	if key("a.hang.example.") == key("b.hang.example.") {
+		t.Error("two names share a question key")
+	}
+	if key("a.hang.example.").dom == key("a.other.example.").dom {
 		t.Error("two registrable domains share a key")
 	}
-	if key("x.default.svc.cluster.local.") == key("x.prod.svc.cluster.local.") {
+	if key("x.default.svc.cluster.local.").dom == key("x.prod.svc.cluster.local.").dom {
 		t.Error("two namespaces share a key")
 	}
 	for _, bad := range [][]byte{nil, make([]byte, headerLen), {0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 5, 'a'}} {
-		if k := tbl.key(bad, ""); k != 0 {
-			t.Errorf("key(%v) = %d, want 0 (no question)", bad, k)
+		if k := tbl.key(bad, ""); k != (domKey{}) {
+			t.Errorf("key(%v) = %v, want none (no question)", bad, k)
 		}
 	}
 	req, _ := (&dns.Msg{Question: []dns.Question{{Name: "www.example.co.uk.", Qtype: dns.TypeA, Qclass: dns.ClassINET}}}).Pack()
@@ -67,26 +73,37 @@ func TestDomainKey(t *testing.T) {
 
 func TestDomainTable(t *testing.T) {
 	tbl := newDomainTable()
-	k := domKey(42)
-	for range 3 {
-		if !tbl.take(k, 3) {
+	q := func(i uint64) domKey { return domKey{dom: 42, q: i} }
+	for i := range uint64(3) {
+		if !tbl.take(q(i), 3) {
 			t.Fatal("refused under the share")
 		}
 	}
-	if tbl.take(k, 3) {
-		t.Error("admitted past the share")
+	if tbl.take(q(3), 3) {
+		t.Error("a fourth question admitted past a share of 3")
 	}
-	if !tbl.take(0, 0) {
-		t.Error("no domain (key 0) refused")
+	for range 10 {
+		if !tbl.take(q(1), 3) {
+			t.Fatal("a question already in flight refused: it adds no exchange")
+		}
 	}
-	for range 3 {
-		tbl.give(k)
+	if !tbl.take(domKey{}, 0) {
+		t.Error("no domain (zero key) refused")
 	}
-	tbl.give(k) // one too many: ignored
-	if n := tbl.held(k); n != 0 {
+	for range 10 {
+		tbl.give(q(1))
+	}
+	if n := tbl.held(q(0)); n != 3 {
+		t.Errorf("%d questions held after the joiners left, want 3", n)
+	}
+	for i := range uint64(3) {
+		tbl.give(q(i))
+	}
+	tbl.give(q(0)) // one too many: ignored
+	if n := tbl.held(q(0)); n != 0 {
 		t.Errorf("held %d after giving all back", n)
 	}
-	if !tbl.take(k, 1) {
+	if !tbl.take(q(9), 1) {
 		t.Error("refused after giving all back")
 	}
 }
@@ -95,7 +112,7 @@ func TestDomainTable(t *testing.T) {
 // domain's share (counted as inflight_domain) while its misses of other
 // domains are still admitted, and a released slot is taken again.
 func TestDomainShare(t *testing.T) {
-	s, set := startServer(t, Config{MaxInflight: 40, MaxInflightPerDomain: 3}, &fakeHandler{})
+	s, set := startServer(t, Config{MaxInflight: 40, MaxInflightPerSource: 40, MaxInflightPerDomain: 3}, &fakeHandler{})
 	src := v4Key([4]byte{127, 0, 0, 2})
 	q := func(name string) []byte {
 		b, _ := (&dns.Msg{Question: []dns.Question{{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}}}).Pack()
@@ -126,6 +143,12 @@ func TestDomainShare(t *testing.T) {
 	}
 	if n := s.sources.held(src).misses; n != 3 {
 		t.Errorf("client holds %d misses, want 3 (refusals give back the client's slot)", n)
+	}
+	// The same question again and again joins the one in flight.
+	for range 5 {
+		if _, ok := s.acquire(src, q("n4.slow.example.")); !ok {
+			t.Fatal("a question already in flight refused for its domain's share")
+		}
 	}
 }
 

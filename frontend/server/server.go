@@ -378,7 +378,7 @@ func (s *Server) acquire(src srcKey, req []byte) (domKey, bool) {
 	if n > int64(s.cfg.MaxInflight) {
 		s.inflight.Add(-1)
 		s.refuse(refusedInflightTotal)
-		return 0, false
+		return domKey{}, false
 	}
 	most, reason := s.cfg.MaxInflightPerSource, refusedInflightSource
 	if s.local.has(src) {
@@ -392,14 +392,14 @@ func (s *Server) acquire(src srcKey, req []byte) (domKey, bool) {
 	if !s.sources.take(src, srcMisses, most) {
 		s.inflight.Add(-1)
 		s.refuse(reason)
-		return 0, false
+		return domKey{}, false
 	}
 	dom := s.domains.key(req, s.cfg.ClusterDomain)
 	if !s.domains.take(dom, s.cfg.MaxInflightPerDomain) {
 		s.sources.give(src, srcMisses)
 		s.inflight.Add(-1)
 		s.refuse(refusedInflightDomain)
-		return 0, false
+		return domKey{}, false
 	}
 	s.missesStarted.Add(1)
 	s.m.inflight.Inc()
