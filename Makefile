@@ -129,4 +129,4 @@ clean: ## Remove build output.
 .PHONY: e2e
 e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node namespaces, images built here (root; testbed/README.md).
 	tools/k8s/build.sh realnode
-	$(GO) test -count=1 -timeout 30m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP)' ./images/ ./testbed/ ./testbed/e2e/
+	$(GO) test -count=1 -timeout 30m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP|TestSlowDomain)' ./images/ ./testbed/ ./testbed/e2e/

@@ -155,6 +155,7 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		MaxInflight:          cfg.maxInflight,
 		MaxInflightPerSource: cfg.maxInflightPerSource,
 		ShedDelay:            cfg.shedDelay,
+		ClusterDomain:        cfg.clusterDomain,
 		// The addresses go onto the interface only once the backend is
 		// ready (DESIGN.md, "Lifecycle rules"): bind them before that.
 		FreeBind:  cfg.setupNetwork,

@@ -21,8 +21,15 @@ import (
 // instead of waiting on an unreachable upstream (REALNODE pitfall 10).
 const StubDNSIP = NodeGateway
 
+// StubHangDomain is a domain whose servers hang: the stub upstream never
+// answers a name under it, as an external domain whose nameservers are
+// down, so that lookups of it hold the backend's forward for its whole
+// timeout.
+const StubHangDomain = "hang.stub.test."
+
 // stubDNS answers A queries for the names given to SetStubRecord and
-// NXDOMAIN for every other name (RFC 1035 §4.1.1), authoritatively.
+// NXDOMAIN for every other name (RFC 1035 §4.1.1), authoritatively, and
+// never answers names under StubHangDomain.
 type stubDNS struct {
 	servers []*dns.Server
 
@@ -31,7 +38,9 @@ type stubDNS struct {
 }
 
 // SetStubRecord makes the stub upstream answer name (any case, with or
-// without the final dot) with an A record for ip. It starts the stub in the
+// without the final dot) with an A record for ip; "*.DOMAIN" answers every
+// name one label under DOMAIN that has no record of its own (a wildcard,
+// RFC 4592, for names of that one level only). It starts the stub in the
 // control-plane namespace on first use; AddRealNode starts it too.
 func (tb *Testbed) SetStubRecord(name string, ip net.IP) error {
 	s, err := tb.ensureStubDNS()
@@ -83,8 +92,15 @@ func (s *stubDNS) serve(w dns.ResponseWriter, r *dns.Msg) {
 		return
 	}
 	q := r.Question[0]
+	name := strings.ToLower(q.Name)
+	if dns.IsSubDomain(StubHangDomain, name) {
+		return // never answered
+	}
 	s.mu.Lock()
-	ip, ok := s.records[strings.ToLower(q.Name)]
+	ip, ok := s.records[name]
+	if _, parent, found := strings.Cut(name, "."); !ok && found {
+		ip, ok = s.records["*."+parent]
+	}
 	s.mu.Unlock()
 	switch {
 	case !ok:

@@ -18,6 +18,7 @@ type serverMetrics struct {
 	inflight                     *vm.Gauge
 	tcpConns                     *vm.Gauge
 	tcpRejected                  *vm.Counter
+	tcpEvicted                   *vm.Counter
 	udpReadErr, tcpReadErr       *vm.Counter
 	udpWriteErr, tcpWriteErr     *vm.Counter
 	dropped                      *vm.Counter
@@ -35,10 +36,11 @@ const (
 	refusedTCPTotal                      // MaxTCPConns connections open
 	refusedTCPSource                     // the client had MaxTCPConnsPerSource open
 	refusedQueueDelay                    // shed for a standing queue (shed.go)
+	refusedInflightDomain                // the domain had MaxInflightPerDomain running
 	numRefusals
 )
 
-var refusalNames = [numRefusals]string{"inflight_total", "inflight_source", "tcp_conns_total", "tcp_conns_source", "queue_delay"}
+var refusalNames = [numRefusals]string{"inflight_total", "inflight_source", "tcp_conns_total", "tcp_conns_source", "queue_delay", "inflight_domain"}
 
 // Families of the server's series.
 const (
@@ -50,6 +52,7 @@ const (
 	inflightFamily    = metrics.Namespace + "_server_inflight"
 	tcpConnsFamily    = metrics.Namespace + "_server_tcp_connections"
 	tcpRejectedFamily = metrics.Namespace + "_server_tcp_rejected_total"
+	tcpEvictedFamily  = metrics.Namespace + "_server_tcp_evicted_total"
 	readErrFamily     = metrics.Namespace + "_server_read_errors_total"
 	writeErrFamily    = metrics.Namespace + "_server_write_errors_total"
 	droppedFamily     = metrics.Namespace + "_server_dropped_total"
@@ -66,10 +69,11 @@ func newMetrics(set *vm.Set) *serverMetrics {
 	metrics.Help(inflightFamily, "Misses being resolved right now.")
 	metrics.Help(tcpConnsFamily, "Open TCP client connections.")
 	metrics.Help(tcpRejectedFamily, "TCP connections closed at accept because max TCP connections were open, over all clients or of the client.")
+	metrics.Help(tcpEvictedFamily, "Idle TCP connections closed to make room for a new one when every slot it could take was held (RFC 7766 section 6.2.3).")
 	metrics.Help(readErrFamily, "Socket read and accept errors, by transport.")
 	metrics.Help(writeErrFamily, "Socket write errors, by transport.")
 	metrics.Help(droppedFamily, "Received messages dropped unanswered because they were larger than 1232 bytes (a TCP connection is then closed) or shorter than a DNS header.")
-	metrics.Help(refusedFamily, "Misses (answered stale or SERVFAIL) and TCP connections (closed) refused for capacity, by reason: inflight_total, inflight_source, tcp_conns_total, tcp_conns_source, queue_delay.")
+	metrics.Help(refusedFamily, "Misses (answered stale or SERVFAIL) and TCP connections (closed) refused for capacity, by reason: inflight_total, inflight_source, tcp_conns_total, tcp_conns_source, queue_delay, inflight_domain.")
 	metrics.Help(panicsFamily, "Handler panics recovered (each query answered SERVFAIL).")
 	packet := func(proto, direction string) string {
 		return metrics.Name(packetsFamily, "proto", proto, "direction", direction)
@@ -94,6 +98,7 @@ func newMetrics(set *vm.Set) *serverMetrics {
 		inflight:    set.NewGauge(inflightFamily, nil),
 		tcpConns:    set.NewGauge(tcpConnsFamily, nil),
 		tcpRejected: set.NewCounter(tcpRejectedFamily),
+		tcpEvicted:  set.NewCounter(tcpEvictedFamily),
 		udpReadErr:  set.NewCounter(metrics.Name(readErrFamily, "proto", "udp")),
 		tcpReadErr:  set.NewCounter(metrics.Name(readErrFamily, "proto", "tcp")),
 		udpWriteErr: set.NewCounter(metrics.Name(writeErrFamily, "proto", "udp")),

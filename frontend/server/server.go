@@ -45,7 +45,12 @@ type Server struct {
 	// sources holds each client's misses in flight and TCP connections,
 	// bounded by cfg.MaxInflightPerSource and cfg.MaxTCPConnsPerSource.
 	// Misses and TCP accepts use it; cache hits never do.
-	sources  sourceTable
+	sources sourceTable
+	// domains holds the misses in flight per domain, bounded by
+	// cfg.MaxInflightPerDomain (domains.go); local lists the node's own
+	// addresses, shared by many clients (shared.go).
+	domains  *domainTable
+	local    *localAddrs
 	stopping atomic.Bool // set once by StopReading
 
 	// slowCtx is passed to ServeSlow; cancelled when Shutdown's context
@@ -93,6 +98,8 @@ func New(cfg Config, h Handler, log *zap.Logger, set *vm.Set) (*Server, error) {
 		m:     newMetrics(set),
 		conns: make(map[*tcpConn]struct{}),
 	}
+	s.domains = newDomainTable()
+	s.local = newLocalAddrs(s.cfg.Listen)
 	s.missLimit.Store(int64(s.cfg.MaxInflight))
 	set.NewGauge(limitFamily, func() float64 { return float64(s.missLimit.Load()) })
 	s.slowCtx, s.slowCancel = context.WithCancel(context.Background())
@@ -138,6 +145,7 @@ func (s *Server) StartContext(ctx context.Context) (err error) {
 		s.addrs = append(s.addrs, addr)
 	}
 	s.readStart = time.Now().UnixNano()
+	go s.local.keepFresh(s.slowCtx)
 	for _, u := range s.udp {
 		s.readers.Add(1)
 		go u.serve()
@@ -351,9 +359,10 @@ func (s *Server) closeSockets() {
 	})
 }
 
-// acquire takes an in-flight slot for a miss of the client src: one of
-// the server's and one of the client's share. false means overloaded; the
-// refusal is counted by reason.
+// acquire takes an in-flight slot for a miss req of the client src: one
+// of the server's, one of the client's share and one of the share of the
+// question's domain (domains.go), whose key it returns for release. false
+// means overloaded; the refusal is counted by reason.
 //
 // Past a limit lowered for a standing queue (shed.go), a client is still
 // admitted while it holds less than an equal share of that limit among
@@ -364,14 +373,17 @@ func (s *Server) closeSockets() {
 // tries: with a share of one, the second of the pair is refused and the
 // lookup fails. What the clients under their share add thus stays under
 // the limit or under minShare misses each.
-func (s *Server) acquire(src srcKey) bool {
+func (s *Server) acquire(src srcKey, req []byte) (domKey, bool) {
 	n := s.inflight.Add(1)
 	if n > int64(s.cfg.MaxInflight) {
 		s.inflight.Add(-1)
 		s.refuse(refusedInflightTotal)
-		return false
+		return domKey{}, false
 	}
 	most, reason := s.cfg.MaxInflightPerSource, refusedInflightSource
+	if s.local.has(src) {
+		most = max(most, s.cfg.MaxInflight/sharedShareDiv)
+	}
 	if limit := s.missLimit.Load(); n > limit {
 		if share := max(minShare, int(limit/max(1, s.sources.missClients.Load()))); share < most {
 			most, reason = share, refusedQueueDelay
@@ -380,19 +392,27 @@ func (s *Server) acquire(src srcKey) bool {
 	if !s.sources.take(src, srcMisses, most) {
 		s.inflight.Add(-1)
 		s.refuse(reason)
-		return false
+		return domKey{}, false
+	}
+	dom := s.domains.key(req, s.cfg.ClusterDomain)
+	if !s.domains.take(dom, s.cfg.MaxInflightPerDomain) {
+		s.sources.give(src, srcMisses)
+		s.inflight.Add(-1)
+		s.refuse(refusedInflightDomain)
+		return domKey{}, false
 	}
 	s.missesStarted.Add(1)
 	s.m.inflight.Inc()
-	return true
+	return dom, true
 }
 
 // minShare is the fewest misses in flight acquire lets a client hold
 // past a lowered limit.
 const minShare = 2
 
-// release gives back the slots acquire took for src.
-func (s *Server) release(src srcKey) {
+// release gives back the slots acquire took for src and dom.
+func (s *Server) release(src srcKey, dom domKey) {
+	s.domains.give(dom)
 	s.sources.give(src, srcMisses)
 	s.inflight.Add(-1)
 	s.m.inflight.Dec()
@@ -402,7 +422,7 @@ func (s *Server) release(src srcKey) {
 func (s *Server) refuse(r refusal) {
 	s.m.refused[r].Inc()
 	switch r {
-	case refusedInflightTotal, refusedInflightSource, refusedQueueDelay:
+	case refusedInflightTotal, refusedInflightSource, refusedQueueDelay, refusedInflightDomain:
 		s.m.overloaded.Inc()
 	default:
 		s.m.tcpRejected.Inc()

@@ -423,26 +423,55 @@ func TestTCPIdleWhileMissPending(t *testing.T) {
 	}
 }
 
+// TestTCPConnLimit: with every connection slot taken, a new connection
+// closes the oldest idle one (RFC 7766 section 6.2.3) and is served; it
+// is refused only when no connection is idle (one owes an answer).
 func TestTCPConnLimit(t *testing.T) {
-	s, set := startServer(t, Config{MaxTCPConns: 1}, &fakeHandler{})
-	c1, err := net.Dial("tcp", s.Addrs()[0])
+	h := &fakeHandler{gate: make(chan struct{})}
+	s, set := startServer(t, Config{MaxTCPConns: 1}, h)
+	addr := s.Addrs()[0]
+	c1, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c1.Close()
 	waitFor(t, func() bool { return metricstest.Value(t, set, "nodedns_server_tcp_connections") == 1 })
-	c2, err := net.Dial("tcp", s.Addrs()[0])
-	if err != nil {
+	// c1 is idle: the next connection takes its slot.
+	c2 := &dns.Conn{Conn: dialTCP(t, addr)}
+	defer c2.Close()
+	if !waitClosed(c1, 3*time.Second) {
+		t.Fatal("idle connection not closed for a new one")
+	}
+	if got := metricstest.Value(t, set, "nodedns_server_tcp_evicted_total"); got != 1 {
+		t.Errorf("evicted = %v, want 1", got)
+	}
+	// c2 now owes an answer (its miss waits for the gate): not idle.
+	if err := c2.WriteMsg(new(dns.Msg).SetQuestion("miss.slow.", dns.TypeA)); err != nil {
 		t.Fatal(err)
 	}
-	defer c2.Close()
-	_ = c2.SetReadDeadline(time.Now().Add(3 * time.Second))
-	if _, err := c2.Read(make([]byte, 1)); err == nil {
-		t.Fatal("second connection: want it closed")
+	waitFor(t, func() bool { return h.slow.Load() == 1 })
+	c3 := dialTCP(t, addr)
+	defer c3.Close()
+	if !waitClosed(c3, 3*time.Second) {
+		t.Fatal("third connection: want it closed, the only other one is busy")
 	}
 	if got := metricstest.Value(t, set, "nodedns_server_tcp_rejected_total"); got != 1 {
 		t.Errorf("rejected = %v, want 1", got)
 	}
+	close(h.gate)
+	_ = c2.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if r, err := c2.ReadMsg(); err != nil || r.Rcode != dns.RcodeSuccess {
+		t.Errorf("busy connection's answer: %v %v", r, err)
+	}
+}
+
+func dialTCP(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func TestAddressInUse(t *testing.T) {

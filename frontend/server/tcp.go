@@ -34,6 +34,7 @@ func (s *Server) acceptLoop(l net.Listener) {
 			continue
 		}
 		tc := &tcpConn{s: s, conn: c, proto: tcpProto(c), src: src, slots: make(chan struct{}, maxPendingPerConn)}
+		tc.lastActive.Store(time.Now().UnixNano())
 		s.mu.Lock()
 		if s.stopping.Load() {
 			s.mu.Unlock()
@@ -50,20 +51,74 @@ func (s *Server) acceptLoop(l net.Listener) {
 }
 
 // acceptConn takes a connection slot of the server and one of c's client;
-// false means c is to be closed (the refusal is counted).
+// false means c is to be closed (the refusal is counted). When no slot is
+// free, the oldest idle connection is closed to make room (RFC 7766
+// section 6.2.3: a server short of connections closes idle ones rather
+// than refuse new ones), of the same client first (evictIdle).
 func (s *Server) acceptConn(c net.Conn) (srcKey, bool) {
 	src := tcpSource(c)
+	share := s.cfg.MaxTCPConnsPerSource
+	if s.local.has(src) {
+		share = max(share, s.cfg.MaxTCPConns/sharedShareDiv)
+	}
+	reason, ok := s.takeConn(src, share)
+	if !ok && s.evictIdle(src, reason == refusedTCPSource) {
+		reason, ok = s.takeConn(src, share)
+	}
+	if !ok {
+		s.refuse(reason)
+	}
+	return src, ok
+}
+
+// takeConn takes the slots of a new connection of src, which may hold
+// share; false says which limit was reached.
+func (s *Server) takeConn(src srcKey, share int) (refusal, bool) {
 	if s.tcpCount.Add(1) > int64(s.cfg.MaxTCPConns) {
 		s.tcpCount.Add(-1)
-		s.refuse(refusedTCPTotal)
-		return src, false
+		return refusedTCPTotal, false
 	}
-	if !s.sources.take(src, srcConns, s.cfg.MaxTCPConnsPerSource) {
+	if !s.sources.take(src, srcConns, share) {
 		s.tcpCount.Add(-1)
-		s.refuse(refusedTCPSource)
-		return src, false
+		return refusedTCPSource, false
 	}
-	return src, true
+	return 0, true
+}
+
+// evictIdle closes the connection that has been idle longest (no answer
+// owed) among those of src or, unless sameOnly, among all, and gives back
+// its slots at once; false when none is idle. Idle connections of the
+// same client go first: that client chose to hold them, and only they
+// free a slot of its share. It walks every connection, at most
+// MaxTCPConns, only when a new one finds no free slot.
+func (s *Server) evictIdle(src srcKey, sameOnly bool) bool {
+	s.mu.Lock()
+	var same, any *tcpConn
+	for c := range s.conns {
+		if c.npend.Load() > 0 || c.released.Load() {
+			continue
+		}
+		at := c.lastActive.Load()
+		if c.src == src && (same == nil || at < same.lastActive.Load()) {
+			same = c
+		}
+		if any == nil || at < any.lastActive.Load() {
+			any = c
+		}
+	}
+	s.mu.Unlock()
+	victim := same
+	if victim == nil && !sameOnly {
+		victim = any
+	}
+	if victim == nil || !victim.release() {
+		return false
+	}
+	// Its serve loop ends on the closed socket and skips the slots
+	// already given back.
+	_ = victim.conn.Close()
+	s.m.tcpEvicted.Inc()
+	return true
 }
 
 // dropConn gives back the slots acceptConn took.
@@ -91,8 +146,14 @@ type tcpConn struct {
 	pending sync.WaitGroup // misses whose answer is not written yet
 	npend   atomic.Int32
 	slots   chan struct{} // one per pending miss; bounds a connection's share
-	wmu     sync.Mutex    // serialises writes: one message at a time
-	hdr     [2]byte       // length prefix, guarded by wmu
+	// lastActive is when the connection was accepted or last read a
+	// query (unix ns): evictIdle closes the oldest first.
+	lastActive atomic.Int64
+	// released is set once its slots are given back: by serve's end, or
+	// by evictIdle, which then closes the connection.
+	released atomic.Bool
+	wmu      sync.Mutex // serialises writes: one message at a time
+	hdr      [2]byte    // length prefix, guarded by wmu
 }
 
 func (c *tcpConn) serve() {
@@ -104,7 +165,7 @@ func (c *tcpConn) serve() {
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
-		s.dropConn(c.src)
+		c.release()
 		s.m.tcpConns.Dec()
 	}()
 	var lenBuf [2]byte
@@ -140,8 +201,19 @@ func (c *tcpConn) serve() {
 		}
 		if n >= headerLen {
 			deadline = c.idleDeadline()
+			c.lastActive.Store(time.Now().UnixNano())
 		}
 	}
+}
+
+// release gives back c's connection slots, once; false when they were
+// already given back.
+func (c *tcpConn) release() bool {
+	if !c.released.CompareAndSwap(false, true) {
+		return false
+	}
+	c.s.dropConn(c.src)
+	return true
 }
 
 // idleDeadline is when the connection is idle if it sends no query before:
@@ -170,8 +242,8 @@ func (c *tcpConn) query(n int) bool {
 	bp := s.bigBufs.Get().(*[]byte)
 	resp, ok := s.serveFast((*bp)[:0], req, c.proto)
 	if !ok {
-		if s.acquire(c.src) {
-			c.miss(req)
+		if dom, ok := s.acquire(c.src, req); ok {
+			c.miss(req, dom)
 		} else {
 			c.write(s.overloaded((*bp)[:0], req, c.proto))
 		}
@@ -196,10 +268,10 @@ func (c *tcpConn) readErr(err error) {
 // pipelining client cannot take every in-flight slot of the server.
 const maxPendingPerConn = 64
 
-func (c *tcpConn) miss(req []byte) {
+func (c *tcpConn) miss(req []byte, dom domKey) {
 	c.slots <- struct{}{} // released by runTCP
 	j := c.s.jobs.Get().(*missJob)
-	j.c = c
+	j.c, j.dom = c, dom
 	j.req = append(j.req[:0], req...)
 	c.pending.Add(1)
 	c.npend.Add(1)
@@ -209,7 +281,7 @@ func (c *tcpConn) miss(req []byte) {
 func (j *missJob) runTCP() {
 	s, c := j.s, j.c
 	resp := s.serveSlow(j.dst, j.req, c.proto)
-	s.release(c.src)
+	s.release(c.src, j.dom)
 	c.write(resp)
 	c.npend.Add(-1)
 	<-c.slots

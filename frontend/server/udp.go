@@ -220,8 +220,9 @@ func (u *udpSocket) handleBatch(n int) {
 		resp, ok := s.serveFast(u.scratch, req, p)
 		if !ok {
 			// Only a miss looks at its client's share.
-			if src := udpSource(&u.names[i]); s.acquire(src) {
-				u.miss(req, i, src)
+			src := udpSource(&u.names[i])
+			if dom, ok := s.acquire(src, req); ok {
+				u.miss(req, i, src, dom)
 			} else {
 				u.queue(s.overloaded(u.scratch, req, p), i)
 			}
@@ -359,10 +360,10 @@ func sendto(fd uintptr, b []byte, name *unix.RawSockaddrInet6, namelen uint32) s
 
 // miss hands message i from src to a goroutine that resolves it and
 // answers with sendto. The in-flight slot is already taken.
-func (u *udpSocket) miss(req []byte, i int, src srcKey) {
+func (u *udpSocket) miss(req []byte, i int, src srcKey, dom domKey) {
 	j := u.s.jobs.Get().(*missJob)
 	j.u = u
-	j.src = src
+	j.src, j.dom = src, dom
 	j.req = append(j.req[:0], req...)
 	j.name = u.names[i]
 	j.namelen = u.rhdr[i].Hdr.Namelen
@@ -376,6 +377,7 @@ type missJob struct {
 	u       *udpSocket // UDP misses
 	c       *tcpConn   // TCP misses
 	src     srcKey     // the client, whose in-flight slot the job holds
+	dom     domKey     // the question's domain, whose slot it holds too
 	req     []byte
 	dst     []byte
 	name    unix.RawSockaddrInet6
@@ -404,7 +406,7 @@ func (j *missJob) runUDP() {
 	s, u := j.s, j.u
 	defer s.misses.Done()
 	resp := s.serveSlow(j.dst, j.req, udpProto(&j.name))
-	s.release(j.src)
+	s.release(j.src, j.dom)
 	if len(resp) > 0 {
 		j.resp = resp
 		err := u.rc.Write(j.writeFn)

@@ -365,6 +365,16 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	steps.end()
 }
 
+// TestSlowDomainFromHostNetwork: on the kubeadm path's cluster with
+// nodedns installed, a hostNetwork pod floods names of a domain whose
+// servers hang; a hostNetwork client and a pod client go on resolving
+// new names (slowDomainFromHostNetwork).
+func TestSlowDomainFromHostNetwork(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	slowDomainFromHostNetwork(ctx, t, kubeadmPath(ctx, t, true))
+}
+
 // TestHelmUninstallRestoresCoreDNS: then one `helm uninstall nodedns -n
 // kube-system`: its pre-delete hook scales CoreDNS back and waits until it
 // is available, and only then are the nodedns pods deleted, each frontend

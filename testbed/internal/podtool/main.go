@@ -8,6 +8,8 @@
 //	podtool pause
 //	podtool resolve -timeout 60s NAME=IP...   exit 0 once every NAME resolved to IP
 //	podtool load -rate 100 -out FILE NAME=IP|NAME=* ...   lookups at a steady rate, counted per second
+//	podtool load -unique ...   each lookup of NAME asks u<N>.NAME instead, a new name (a cache miss) each time
+//	podtool flood -rate 1000 -for 10s DOMAIN   queries for new names under DOMAIN to the first nameserver, answers unread
 package main
 
 import (
@@ -43,6 +45,8 @@ func main() {
 		os.Exit(resolve(args))
 	case "load":
 		os.Exit(load(args))
+	case "flood":
+		os.Exit(flood(args))
 	default:
 		fmt.Fprintf(os.Stderr, "podtool: unknown command %q\n", cmd)
 		os.Exit(2)
@@ -135,6 +139,7 @@ func load(args []string) int {
 	timeout := fs.Duration("timeout", 5*time.Second, "a lookup not answered within this is lost")
 	slow := fs.Duration("slow", 100*time.Millisecond, "an answer slower than this is slow")
 	out := fs.String("out", "/results/load.log", "file the per-second lines are appended to")
+	unique := fs.Bool("unique", false, "ask u<N>.NAME, a new name each lookup, instead of NAME")
 	_ = fs.Parse(args)
 	type check struct{ name, want string }
 	var checks []check
@@ -221,6 +226,9 @@ func load(args []string) int {
 			flush(false)
 		case now := <-tick.C:
 			c := checks[i%len(checks)]
+			if *unique {
+				c.name = fmt.Sprintf("u%d-%d.%s", os.Getpid(), i, c.name)
+			}
 			mu.Lock()
 			k := now.Unix()
 			if secs[k] == nil {
@@ -232,4 +240,58 @@ func load(args []string) int {
 			go one(c, now)
 		}
 	}
+}
+
+// flood sends, over UDP to the first nameserver of /etc/resolv.conf, A
+// queries for new names under DOMAIN (n<N>.DOMAIN) at -rate per second
+// for -for, and reads no answer: a client that floods names of a domain
+// whose servers hang, and does not care.
+func flood(args []string) int {
+	fs := flag.NewFlagSet("flood", flag.ExitOnError)
+	rate := fs.Int("rate", 1000, "queries per second")
+	dur := fs.Duration("for", 10*time.Second, "how long to send")
+	_ = fs.Parse(args)
+	if fs.NArg() != 1 || *rate <= 0 {
+		fmt.Fprintln(os.Stderr, "flood: one DOMAIN, and a rate")
+		return 2
+	}
+	domain := strings.TrimSuffix(fs.Arg(0), ".")
+	data, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "flood: %v\n", err)
+		return 1
+	}
+	var server string
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "nameserver" && server == "" {
+			server = net.JoinHostPort(f[1], "53")
+		}
+	}
+	c, err := net.Dial("udp", server)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "flood: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	start := time.Now()
+	sent := 0
+	for time.Since(start) < *dur {
+		for due := int(time.Since(start) * time.Duration(*rate) / time.Second); sent < due; sent++ {
+			_, _ = c.Write(query(uint16(sent), fmt.Sprintf("n%d.%s", sent, domain)))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fmt.Printf("flood: sent %d queries for names under %s to %s in %s\n", sent, domain, server, time.Since(start).Round(time.Millisecond))
+	_ = os.WriteFile("/dev/termination-log", []byte(fmt.Sprintf("sent %d", sent)), 0o644)
+	return 0
+}
+
+// query is a DNS query (RFC 1035 section 4.1) for name's A record, RD set.
+func query(id uint16, name string) []byte {
+	b := []byte{byte(id >> 8), byte(id), 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}
+	for _, l := range strings.Split(name, ".") {
+		b = append(b, byte(len(l)))
+		b = append(b, l...)
+	}
+	return append(b, 0, 0, 1, 0, 1)
 }
