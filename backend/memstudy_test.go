@@ -30,6 +30,7 @@ var (
 	memStudyEPs      = flag.Int("memstudy.endpoints", 5, "ready endpoints per Service (one EndpointSlice each)")
 	memStudyHeadless = flag.Int("memstudy.headless-every", 10, "every Nth Service is headless (10: 10%)")
 	memStudyLimit    = flag.String("memstudy.gomemlimit", "160MiB", "GOMEMLIMIT of the backends: the chart's backend memory limit, which the chart passes as GOMEMLIMIT")
+	memStudyGOGC     = flag.String("memstudy.gogc", "100", "GOGC of a third backend (spec) measured beside the chart's; empty: none")
 	memStudyOut      = flag.String("memstudy.out", "", "also write the tables to this file")
 )
 
@@ -72,7 +73,7 @@ func TestMemoryStudy(t *testing.T) {
 	}
 	s := runMemStudy(t, memStudyConfig{
 		sizes: sizes, endpoints: *memStudyEPs, headlessEvery: *memStudyHeadless,
-		gomemlimit: *memStudyLimit, settle: 10 * time.Second, peers: true,
+		gomemlimit: *memStudyLimit, settle: 10 * time.Second, peers: true, gogc: *memStudyGOGC,
 	})
 	out := s.report()
 	fmt.Print(out)
@@ -146,17 +147,22 @@ type memStudyConfig struct {
 	gomemlimit    string
 	settle        time.Duration // between a state's last change and its measurement
 	peers         bool          // node-cache and the stock CoreDNS replica too
+	gogc          string        // GOGC of a third backend (spec); "" for none
 }
 
 // The processes measured.
 const (
 	memFrontend  = "nodedns-frontend"
 	memHolder    = "holder (frontend hold)"
-	memSpec      = "nodedns-backend (endpointslices spec)"
-	memAll       = "nodedns-backend (endpointslices all)"
+	memSpec      = "nodedns-backend (endpointslices spec, GOGC=" + memChartGOGC + ")"
+	memAll       = "nodedns-backend (endpointslices all, GOGC=" + memChartGOGC + ")"
 	memCoreDNS   = "CoreDNS replica (stock, kubeadm Corefile)"
 	memNodeCache = "node-cache (NodeLocal DNSCache)"
 )
+
+// memChartGOGC is the GOGC the chart gives the backend
+// (helm/nodedns/templates/_backend.tpl).
+const memChartGOGC = "50"
 
 // The states after the sizes.
 const (
@@ -181,6 +187,7 @@ type memRun struct {
 	cfg       memStudyConfig
 	tb        *testbed.Testbed
 	spec, all *backend
+	gogc      *backend // spec with cfg.gogc; nil without
 	coredns   *backend
 	procs     []memProc
 	states    []string
@@ -216,14 +223,19 @@ func runMemStudy(t *testing.T, cfg memStudyConfig) *memRun {
 	var fwd atomic.Int64
 	up := fakeUpstream(t, &fwd)
 	limit := "GOMEMLIMIT=" + cfg.gomemlimit
-	s.spec = memBackend(t, clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, "NODEDNS_ENDPOINTSLICES=spec")
-	s.all = memBackend(t, clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, "NODEDNS_ENDPOINTSLICES=all")
+	gogc := "GOGC=" + memChartGOGC
+	s.spec = memBackend(t, clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, gogc, "NODEDNS_ENDPOINTSLICES=spec")
+	s.all = memBackend(t, clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, gogc, "NODEDNS_ENDPOINTSLICES=all")
 	fe, feMetrics, holder := startPodFrontend(t, s.spec, limit)
 	s.procs = []memProc{
 		{memFrontend, fe.pid, func() string { return feMetrics }},
 		{memHolder, holder.pid, func() string { return "" }},
 		{memSpec, func() int { return s.spec.proc.Cmd.Process.Pid }, func() string { return s.spec.Metrics }},
 		{memAll, func() int { return s.all.proc.Cmd.Process.Pid }, func() string { return s.all.Metrics }},
+	}
+	if cfg.gogc != "" {
+		s.gogc = memBackend(t, clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, "NODEDNS_ENDPOINTSLICES=spec", "GOGC="+cfg.gogc)
+		s.procs = append(s.procs, memProc{"nodedns-backend (endpointslices spec, GOGC=" + cfg.gogc + ")", func() int { return s.gogc.proc.Cmd.Process.Pid }, func() string { return s.gogc.Metrics }})
 	}
 	var nodeCache string
 	if cfg.peers {
@@ -285,6 +297,9 @@ func runMemStudy(t *testing.T, cfg memStudyConfig) *memRun {
 	start = time.Now()
 	s.spec.restart(t)
 	s.all.restart(t)
+	if s.gogc != nil {
+		s.gogc.restart(t)
+	}
 	if s.coredns != nil {
 		s.coredns.restart(t)
 	}
@@ -317,6 +332,12 @@ func (s *memRun) waitSynced(t *testing.T, n int) {
 		b   *backend
 		all bool
 	}{{s.spec, false}, {s.all, true}}
+	if s.gogc != nil {
+		watchers = append(watchers, struct {
+			b   *backend
+			all bool
+		}{s.gogc, false})
+	}
 	if s.coredns != nil {
 		watchers = append(watchers, struct {
 			b   *backend
