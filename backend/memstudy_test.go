@@ -30,7 +30,7 @@ var (
 	memStudyEPs      = flag.Int("memstudy.endpoints", 5, "ready endpoints per Service (one EndpointSlice each)")
 	memStudyHeadless = flag.Int("memstudy.headless-every", 10, "every Nth Service is headless (10: 10%)")
 	memStudyLimit    = flag.String("memstudy.gomemlimit", "160MiB", "GOMEMLIMIT of the backends: the chart's backend memory limit, which the chart passes as GOMEMLIMIT")
-	memStudyGOGC     = flag.String("memstudy.gogc", "100", "GOGC of a third backend (spec) measured beside the chart's; empty: none")
+	memStudyExtra    = flag.String("memstudy.extra", "GOGC=100", "environment (NAME=VALUE, space-separated) of a third backend (spec) measured beside the chart's; empty: none")
 	memStudyOut      = flag.String("memstudy.out", "", "also write the tables to this file")
 )
 
@@ -73,7 +73,7 @@ func TestMemoryStudy(t *testing.T) {
 	}
 	s := runMemStudy(t, memStudyConfig{
 		sizes: sizes, endpoints: *memStudyEPs, headlessEvery: *memStudyHeadless,
-		gomemlimit: *memStudyLimit, settle: 10 * time.Second, peers: true, gogc: *memStudyGOGC,
+		gomemlimit: *memStudyLimit, settle: 10 * time.Second, peers: true, extra: *memStudyExtra,
 	})
 	out := s.report()
 	fmt.Print(out)
@@ -147,7 +147,7 @@ type memStudyConfig struct {
 	gomemlimit    string
 	settle        time.Duration // between a state's last change and its measurement
 	peers         bool          // node-cache and the stock CoreDNS replica too
-	gogc          string        // GOGC of a third backend (spec); "" for none
+	extra         string        // environment of a third backend (spec); "" for none
 }
 
 // The processes measured.
@@ -187,7 +187,7 @@ type memRun struct {
 	cfg       memStudyConfig
 	tb        *testbed.Testbed
 	spec, all *backend
-	gogc      *backend // spec with cfg.gogc; nil without
+	extra     *backend // spec with cfg.extra; nil without
 	coredns   *backend
 	procs     []memProc
 	states    []string
@@ -233,9 +233,11 @@ func runMemStudy(t *testing.T, cfg memStudyConfig) *memRun {
 		{memSpec, func() int { return s.spec.proc.Cmd.Process.Pid }, func() string { return s.spec.Metrics }},
 		{memAll, func() int { return s.all.proc.Cmd.Process.Pid }, func() string { return s.all.Metrics }},
 	}
-	if cfg.gogc != "" {
-		s.gogc = memBackend(t, clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, "NODEDNS_ENDPOINTSLICES=spec", "GOGC="+cfg.gogc)
-		s.procs = append(s.procs, memProc{"nodedns-backend (endpointslices spec, GOGC=" + cfg.gogc + ")", func() int { return s.gogc.proc.Cmd.Process.Pid }, func() string { return s.gogc.Metrics }})
+	if cfg.extra != "" {
+		// The chart's environment first, so that the variant's wins.
+		env := append([]string{"NODEDNS_UPSTREAM=" + up.Addr, limit, gogc, "NODEDNS_ENDPOINTSLICES=spec"}, strings.Fields(cfg.extra)...)
+		s.extra = memBackend(t, clusterCorefile(t, tb.Kubeconfig), env...)
+		s.procs = append(s.procs, memProc{"nodedns-backend (endpointslices spec, " + cfg.extra + ")", func() int { return s.extra.proc.Cmd.Process.Pid }, func() string { return s.extra.Metrics }})
 	}
 	var nodeCache string
 	if cfg.peers {
@@ -297,8 +299,8 @@ func runMemStudy(t *testing.T, cfg memStudyConfig) *memRun {
 	start = time.Now()
 	s.spec.restart(t)
 	s.all.restart(t)
-	if s.gogc != nil {
-		s.gogc.restart(t)
+	if s.extra != nil {
+		s.extra.restart(t)
 	}
 	if s.coredns != nil {
 		s.coredns.restart(t)
@@ -332,11 +334,11 @@ func (s *memRun) waitSynced(t *testing.T, n int) {
 		b   *backend
 		all bool
 	}{{s.spec, false}, {s.all, true}}
-	if s.gogc != nil {
+	if s.extra != nil {
 		watchers = append(watchers, struct {
 			b   *backend
 			all bool
-		}{s.gogc, false})
+		}{s.extra, false})
 	}
 	if s.coredns != nil {
 		watchers = append(watchers, struct {
