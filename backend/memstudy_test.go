@@ -31,6 +31,7 @@ var (
 	memStudyHeadless = flag.Int("memstudy.headless-every", 10, "every Nth Service is headless (10: 10%)")
 	memStudyLimit    = flag.String("memstudy.gomemlimit", "160MiB", "GOMEMLIMIT of the backends: the chart's backend memory limit, which the chart passes as GOMEMLIMIT")
 	memStudyExtra    = flag.String("memstudy.extra", "GOGC=100", "environment (NAME=VALUE, space-separated) of a third backend (spec) measured beside the chart's; empty: none")
+	memStudyExtraBin = flag.String("memstudy.extra-bin", "", "binary of the third backend (say the previous commit's); default: the same as the chart's")
 	memStudyOut      = flag.String("memstudy.out", "", "also write the tables to this file")
 )
 
@@ -73,7 +74,7 @@ func TestMemoryStudy(t *testing.T) {
 	}
 	s := runMemStudy(t, memStudyConfig{
 		sizes: sizes, endpoints: *memStudyEPs, headlessEvery: *memStudyHeadless,
-		gomemlimit: *memStudyLimit, settle: 10 * time.Second, peers: true, extra: *memStudyExtra,
+		gomemlimit: *memStudyLimit, settle: 10 * time.Second, peers: true, extra: *memStudyExtra, extraBin: *memStudyExtraBin,
 	})
 	out := s.report()
 	fmt.Print(out)
@@ -148,6 +149,7 @@ type memStudyConfig struct {
 	settle        time.Duration // between a state's last change and its measurement
 	peers         bool          // node-cache and the stock CoreDNS replica too
 	extra         string        // environment of a third backend (spec); "" for none
+	extraBin      string        // its binary; "" for the chart's
 }
 
 // The processes measured.
@@ -236,8 +238,12 @@ func runMemStudy(t *testing.T, cfg memStudyConfig) *memRun {
 	if cfg.extra != "" {
 		// The chart's environment first, so that the variant's wins.
 		env := append([]string{"NODEDNS_UPSTREAM=" + up.Addr, limit, gogc, "NODEDNS_ENDPOINTSLICES=spec"}, strings.Fields(cfg.extra)...)
-		s.extra = memBackend(t, clusterCorefile(t, tb.Kubeconfig), env...)
-		s.procs = append(s.procs, memProc{"nodedns-backend (endpointslices spec, " + cfg.extra + ")", func() int { return s.extra.proc.Cmd.Process.Pid }, func() string { return s.extra.Metrics }})
+		s.extra = memBackendBin(t, cfg.extraBin, clusterCorefile(t, tb.Kubeconfig), env...)
+		label := "nodedns-backend (endpointslices spec, " + cfg.extra + ")"
+		if cfg.extraBin != "" {
+			label = "nodedns-backend " + filepath.Base(cfg.extraBin) + " (endpointslices spec, " + cfg.extra + ")"
+		}
+		s.procs = append(s.procs, memProc{label, func() int { return s.extra.proc.Cmd.Process.Pid }, func() string { return s.extra.Metrics }})
 	}
 	var nodeCache string
 	if cfg.peers {
@@ -479,7 +485,14 @@ func resetPeakRSS(pid int) error {
 // restart.
 func memBackend(t *testing.T, corefile string, env ...string) *backend {
 	t.Helper()
+	return memBackendBin(t, "", corefile, env...)
+}
+
+// memBackendBin is memBackend running bin ("" for nodedns-backend).
+func memBackendBin(t *testing.T, bin, corefile string, env ...string) *backend {
+	t.Helper()
 	b, ports := backendPorts(t)
+	b.bin = bin
 	b.corefile, b.extraEnv = corefile, append(ports, env...)
 	b.start(t, b.corefile, b.extraEnv, 10*time.Minute)
 	return b
