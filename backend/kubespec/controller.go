@@ -83,7 +83,7 @@ func newController(client clientset.Interface, o controllerOptions) (*Controller
 	h := cache.ResourceEventHandlerFuncs{AddFunc: c.add, UpdateFunc: c.update, DeleteFunc: c.delete}
 
 	var svcCtl cache.Controller
-	c.svcs, svcCtl = newInformer(
+	c.svcs, svcCtl = object.NewIndexerInformer(
 		listWatch(client, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return client.CoreV1().Services(corev1.NamespaceAll).List(ctx, withLabels(opts, o.selector))
 		}, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -103,7 +103,7 @@ func newController(client clientset.Interface, o controllerOptions) (*Controller
 		return c.SvcIndex(object.ServiceKey(m.GetLabels()[discoveryv1.LabelServiceName], m.GetNamespace()))
 	}}
 	for _, sel := range []labels.Selector{headless, unlabelled} {
-		store, ctl := newInformer(
+		store, ctl := object.NewIndexerInformer(
 			listWatch(client, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 				return client.DiscoveryV1().EndpointSlices(corev1.NamespaceAll).List(ctx, withLabels(opts, sel))
 			}, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -118,7 +118,7 @@ func newController(client clientset.Interface, o controllerOptions) (*Controller
 	}
 
 	var nsCtl cache.Controller
-	c.nss, nsCtl = newInformer(
+	c.nss, nsCtl = object.NewIndexerInformer(
 		listWatch(client, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return client.CoreV1().Namespaces().List(ctx, withLabels(opts, o.namespaceSelector))
 		}, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -132,7 +132,7 @@ func newController(client clientset.Interface, o controllerOptions) (*Controller
 	// The Pod store exists without pods verified too, empty, as the
 	// plugin's does: PodIndex then finds nothing.
 	var podCtl cache.Controller
-	c.pods, podCtl = newInformer(
+	c.pods, podCtl = object.NewIndexerInformer(
 		listWatch(client, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return client.CoreV1().Pods(corev1.NamespaceAll).List(ctx, withPhases(withLabels(opts, o.selector)))
 		}, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
