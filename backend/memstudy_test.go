@@ -29,7 +29,7 @@ var (
 	memStudySizes    = flag.String("memstudy.sizes", "0,1000,5000,10000,20000", "cluster sizes in Services, ascending")
 	memStudyEPs      = flag.Int("memstudy.endpoints", 5, "ready endpoints per Service (one EndpointSlice each)")
 	memStudyHeadless = flag.Int("memstudy.headless-every", 10, "every Nth Service is headless (10: 10%)")
-	memStudyLimit    = flag.String("memstudy.gomemlimit", "160MiB", "GOMEMLIMIT of the backends: the chart's backend memory limit, which the chart passes as GOMEMLIMIT")
+	memStudyLimit    = flag.String("memstudy.gomemlimit", "256MiB", "GOMEMLIMIT of the backends: the chart's backend memory limit, which the chart passes as GOMEMLIMIT")
 	memStudyExtra    = flag.String("memstudy.extra", "GOGC=100", "environment (NAME=VALUE, space-separated) of a third backend (spec) measured beside the chart's; empty: none")
 	memStudyExtraBin = flag.String("memstudy.extra-bin", "", "binary of the third backend (say the previous commit's); default: the same as the chart's")
 	memStudyOut      = flag.String("memstudy.out", "", "also write the tables to this file")
