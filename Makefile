@@ -10,7 +10,7 @@ export CGO_ENABLED := 0
 # client-go, Helm) without it, to keep the suite's time and memory in bounds.
 RACE_PKGS := ./frontend/... ./shared/...
 
-.PHONY: help build test bench demo testbed tools images fuzz clean difftest
+.PHONY: help build test bench demo testbed tools images fuzz clean difftest memstudy
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_.-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -86,6 +86,13 @@ APICOST_FLAGS ?=
 .PHONY: apicost
 apicost: build ## Measure what nodedns backends cost kube-apiserver next to kube-proxy's watches (root; ~25 min; tables in bin/apicost.md).
 	NODEDNS_ETCD=$${NODEDNS_ETCD:-$$(apicost/build-etcd.sh)} $(GO) run ./apicost/cmd/nodedns-apicost -out $(BIN)/apicost.md $(APICOST_FLAGS)
+
+memstudy: build ## Measure the nodedns pod's memory against cluster size beside node-cache and a CoreDNS replica (root; ~25 min; tables in bin/memstudy.md; last line: pod steady, relist peak, node-cache).
+	@env $$(tools/memstudy/peers.sh) NODEDNS_BACKEND_BIN=$(CURDIR)/$(BIN)/nodedns-backend NODEDNS_FRONTEND_BIN=$(CURDIR)/$(BIN)/nodedns-frontend \
+	  $(GO) test ./backend -run 'TestMemoryStudy$$' -count=1 -v -timeout 60m -memstudy -memstudy.out=$(CURDIR)/$(BIN)/memstudy.md $(MEMSTUDY_FLAGS) > $(BIN)/memstudy.log 2>&1 \
+	  || { tail -n 40 $(BIN)/memstudy.log; exit 1; }
+	@cat $(BIN)/memstudy.md
+	@grep '^memstudy:' $(BIN)/memstudy.log | tail -n 1
 
 tools: ## Build the testbed's Kubernetes binaries: kube-apiserver, kube-proxy, and kubelet, controller-manager, scheduler, kubectl for real nodes (first time about 3.5 min on two cores; cached in ~/.cache/nodedns), and gotestsum.
 	tools/k8s/build.sh realnode

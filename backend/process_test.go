@@ -45,6 +45,11 @@ type backend struct {
 	DNS, Fallback          string            // host:port, UDP and TCP
 	Health, Ready, Metrics string            // host:port, HTTP
 	proc                   *proctest.Process // nil until started
+	// bin, when set, is run instead of nodedns-backend (another CoreDNS
+	// build); corefile and extraEnv are what restart starts it with again.
+	bin      string
+	corefile string
+	extraEnv []string
 }
 
 // backendPorts picks free loopback ports for the listeners of one backend
@@ -95,6 +100,9 @@ func (b *backend) launch(t testing.TB, corefile string, env []string) {
 		t.Fatal(err)
 	}
 	cmd := backendCommand(context.Background(), "-conf", conf)
+	if b.bin != "" {
+		cmd = exec.CommandContext(context.Background(), b.bin, "-conf", conf)
+	}
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()
 	}
