@@ -88,19 +88,26 @@ func (tb *Testbed) startEgress() error {
 		tb.egressDir = dir
 		path = filepath.Join(dir, egressSocketFile)
 	}
+	p, err := newEgressProxy(path, tb.controlPlaneNetns)
+	if err != nil {
+		return err
+	}
+	tb.egress = p
+	return writeFile(filepath.Join(tb.Dir, egressConfigFile), []byte(egressConfig(path)))
+}
+
+// newEgressProxy serves CONNECT on the Unix socket path; netns names the
+// namespace cluster addresses are dialled from ("" while there is none).
+func newEgressProxy(path string, netns func() string) (*egressProxy, error) {
 	_ = os.Remove(path) // a socket left by an earlier testbed in the same Dir
 	ln, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("egress proxy: %w", err)
+		return nil, fmt.Errorf("egress proxy: %w", err)
 	}
-	p := &egressProxy{path: path, ln: ln, netns: tb.controlPlaneNetns, conns: map[net.Conn]struct{}{}}
-	tb.egress = p
-	if err := writeFile(filepath.Join(tb.Dir, egressConfigFile), []byte(egressConfig(path))); err != nil {
-		return err
-	}
+	p := &egressProxy{path: path, ln: ln, netns: netns, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.serve()
-	return nil
+	return p, nil
 }
 
 // controlPlaneNetns returns the control-plane namespace once AddNode or

@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // The API server's connections to kubelets and pods (egress.go), tested
@@ -45,7 +46,7 @@ func serveDaemonSet(greeting string) *appsv1.DaemonSet {
 
 // testKubeletAccess runs kubectl logs, exec and port-forward and a
 // pods/proxy GET (kubectl get --raw and client-go's ProxyGet) against the
-// serve pod on each of nodes.
+// serve pod on each of nodes, then a services/proxy GET.
 func testKubeletAccess(ctx context.Context, t *testing.T, tb *Testbed, nodes []*RealNode, greeting string) {
 	kubectl, err := Binary("kubectl")
 	if err != nil {
@@ -80,14 +81,17 @@ func testKubeletAccess(ctx context.Context, t *testing.T, tb *Testbed, nodes []*
 			start := time.Now()
 			want := "serve: " + pod + " " + greeting + ":"
 			var out []byte
+			var kerr error
 			// The pod is Ready when its process started, maybe a moment
 			// before the first line is written.
-			err := waitFor(ctx, "the greeting in the log of "+pod, func() (bool, error) {
-				out, err = run("logs", pod)
-				return err == nil && bytes.Contains(out, []byte(want)), nil
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			err := waitFor(wctx, "the greeting in the log of "+pod, func() (bool, error) {
+				out, kerr = run("logs", pod)
+				return kerr == nil && bytes.Contains(out, []byte(want)), nil
 			})
 			if err != nil {
-				t.Fatalf("%v: last kubectl logs: %s %v", err, out, err)
+				t.Fatalf("%v: last kubectl logs: %q, %v", err, out, kerr)
 			}
 			t.Logf("kubectl logs %s: %q in %s", pod, firstLine(out), time.Since(start).Round(time.Millisecond))
 		})
@@ -135,6 +139,43 @@ func testKubeletAccess(ctx context.Context, t *testing.T, tb *Testbed, nodes []*
 			t.Logf("pods/proxy GET %s:80 twice in %s", pod, time.Since(start).Round(time.Millisecond))
 		})
 	}
+	t.Run("services/proxy", func(t *testing.T) {
+		// The API server picks an endpoint (a pod IP) of the Service and
+		// dials it as for pods/proxy.
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "serve"},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": "serve"},
+				Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}},
+			},
+		}
+		if _, err := tb.Client().CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var out []byte
+		var err error
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		werr := waitFor(wctx, "an answer through services/proxy", func() (bool, error) {
+			out, err = run("get", "--raw", "/api/v1/namespaces/default/services/serve:80/proxy/")
+			return err == nil, nil // 503 until the EndpointSlice is there
+		})
+		if werr != nil {
+			t.Fatalf("%v: %v", werr, err)
+		}
+		name, rest, _ := strings.Cut(string(out), " ")
+		if rest != greeting+"\n" || !containsString(podNames(onNode), name) {
+			t.Errorf("services/proxy answered %q, want \"<a serve pod> %s\\n\" (pods %v)", out, greeting, onNode)
+		}
+	})
+}
+
+func podNames(onNode map[string]string) []string {
+	var names []string
+	for _, p := range onNode {
+		names = append(names, p)
+	}
+	return names
 }
 
 var forwarding = regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 7`)
