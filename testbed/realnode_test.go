@@ -149,7 +149,7 @@ func TestRealNodes(t *testing.T) {
 	t.Run("kubelet access", func(t *testing.T) {
 		testKubeletAccess(ctx, t, tb, nodes, greeting)
 	})
-	t.Logf("kubectl logs, exec, port-forward and pods/proxy on both nodes in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("kubectl logs, exec, port-forward, pods/proxy on both nodes and services/proxy in %s", time.Since(start).Round(time.Millisecond))
 	pause := archiveOf(t, archives, PauseImage)
 	t.Run("pull from registry", func(t *testing.T) {
 		testRegistryPull(ctx, t, tb, reg, nodes[0], pause)
