@@ -2,9 +2,11 @@ package testbed
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,6 +94,56 @@ func TestEgressProxy(t *testing.T) {
 			if string(got) != tc.body {
 				t.Errorf("through the tunnel: %q, want %q", got, tc.body)
 			}
+		})
+	}
+}
+
+// TestEgressSocketPath: a testbed directory too long for a Unix socket
+// path puts the socket in a short directory of its own, which Stop
+// removes; the configuration names whichever path is used.
+func TestEgressSocketPath(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		dir    string
+		ownDir bool
+	}{
+		{"short", t.TempDir(), false},
+		{"too long", filepath.Join(t.TempDir(), strings.Repeat("d", 120)), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.MkdirAll(tc.dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tb := &Testbed{Dir: tc.dir}
+			if err := tb.startEgress(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := tb.egress.close(); err != nil {
+					t.Error(err)
+				}
+				if tb.egressDir != "" {
+					_ = os.RemoveAll(tb.egressDir)
+				}
+			}()
+			if got := tb.egressDir != ""; got != tc.ownDir {
+				t.Errorf("own socket directory %v, want %v", got, tc.ownDir)
+			}
+			if len(tb.egress.path) > maxUnixPath {
+				t.Errorf("socket path %d bytes long", len(tb.egress.path))
+			}
+			cfg, err := os.ReadFile(filepath.Join(tc.dir, egressConfigFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(cfg), fmt.Sprintf("udsName: %q", tb.egress.path)) {
+				t.Errorf("configuration does not name %s:\n%s", tb.egress.path, cfg)
+			}
+			c, err := net.Dial("unix", tb.egress.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
 		})
 	}
 }
