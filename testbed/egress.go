@@ -19,10 +19,11 @@ import (
 // exec, attach, port-forward, nodes/proxy) nor the pod IPs (pods/proxy,
 // services/proxy) are routed. Its egress selector sends every "cluster"
 // connection as an HTTP CONNECT over a Unix socket to egressProxy, which
-// dials node and pod addresses from the control-plane namespace (routes to
-// every PodCIDR via its node, see routePodCIDRs) and any other address
-// from the host namespace, as kube-apiserver itself would have. Nothing is
-// added to the host's links, addresses or routes.
+// dials node, pod and ClusterIP addresses from the control-plane namespace
+// (routes to every PodCIDR via its node and to ServiceCIDR via the first
+// node, see routePodCIDRs) and any other address from the host namespace,
+// as kube-apiserver itself would have. Nothing is added to the host's
+// links, addresses or routes.
 //
 //	kube-apiserver ──CONNECT 172.31.254.11:10250 / 10.244.1.5:80──► egress.sock (test process)
 //	    ──dial from cp netns──► br0 ──► node netns: kubelet, or cni0 ──► pod
@@ -43,8 +44,10 @@ const egressDialTimeout = 10 * time.Second
 const maxUnixPath = 107
 
 // clusterNets are the destinations dialled from the control-plane
-// namespace: the node subnet (kubelets) and the pods' subnet.
-var clusterNets = mustCIDRs(NodeSubnet, PodSubnet)
+// namespace: the node subnet (kubelets), the pods' subnet, and ClusterIPs
+// (routed via the first real node; unreachable, never the host's default
+// route, before one exists).
+var clusterNets = mustCIDRs(NodeSubnet, PodSubnet, ServiceCIDR)
 
 // egressProxy serves HTTP CONNECT on a Unix socket for kube-apiserver's
 // "cluster" egress selection.

@@ -53,6 +53,7 @@ func TestEgressProxy(t *testing.T) {
 		{"refused", "CONNECT " + closedAddr + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 502, "connection refused"},
 		{"pod address before any node network", "CONNECT 10.244.1.5:80 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 502, "no node network exists yet"},
 		{"kubelet address before any node network", "CONNECT 172.31.254.10:10250 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 502, "no node network exists yet"},
+		{"ClusterIP before any node network", "CONNECT 10.96.0.10:53 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 502, "no node network exists yet"},
 		{"not a CONNECT", "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 405, ""},
 		{"target without port", "CONNECT 10.244.1.5 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 502, "bad CONNECT target"},
 	} {

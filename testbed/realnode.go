@@ -556,7 +556,7 @@ func (n *RealNode) startKubeProxy(ctx context.Context, mode ProxyMode) error {
 // routePodCIDRs routes every node's PodCIDR via its node IP in every other
 // node's namespace (the nodes share the control-plane bridge) and in the
 // control-plane namespace, where the egress proxy dials pods for the API
-// server (egress.go).
+// server (egress.go), with ServiceCIDR via the first node.
 func (tb *Testbed) routePodCIDRs(ctx context.Context) error {
 	tb.mu.Lock()
 	nodes := append([]*RealNode(nil), tb.realNodes...)
@@ -564,6 +564,13 @@ func (tb *Testbed) routePodCIDRs(ctx context.Context) error {
 	tb.mu.Unlock()
 	for _, b := range nodes {
 		if err := ipCmd(ctx, "-n", cp, "route", "replace", b.PodCIDR, "via", b.IP.String(), "dev", "br0"); err != nil {
+			return err
+		}
+	}
+	// ClusterIPs (webhooks and APIServices named by Service) via the first
+	// node, whose kube-proxy translates them as for its own pods.
+	if len(nodes) > 0 {
+		if err := ipCmd(ctx, "-n", cp, "route", "replace", ServiceCIDR, "via", nodes[0].IP.String(), "dev", "br0"); err != nil {
 			return err
 		}
 	}

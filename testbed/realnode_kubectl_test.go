@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -46,7 +47,8 @@ func serveDaemonSet(greeting string) *appsv1.DaemonSet {
 
 // testKubeletAccess runs kubectl logs, exec and port-forward and a
 // pods/proxy GET (kubectl get --raw and client-go's ProxyGet) against the
-// serve pod on each of nodes, then a services/proxy GET.
+// serve pod on each of nodes, then a services/proxy GET and a GET of the
+// Service's ClusterIP through the egress proxy.
 func testKubeletAccess(ctx context.Context, t *testing.T, tb *Testbed, nodes []*RealNode, greeting string) {
 	kubectl, err := Binary("kubectl")
 	if err != nil {
@@ -166,6 +168,40 @@ func testKubeletAccess(ctx context.Context, t *testing.T, tb *Testbed, nodes []*
 		name, rest, _ := strings.Cut(string(out), " ")
 		if rest != greeting+"\n" || !containsString(podNames(onNode), name) {
 			t.Errorf("services/proxy answered %q, want \"<a serve pod> %s\\n\" (pods %v)", out, greeting, onNode)
+		}
+	})
+	t.Run("ClusterIP through the egress proxy", func(t *testing.T) {
+		// What the API server dials for a webhook or an APIService named
+		// by a Service: its ClusterIP, through the first node's kube-proxy.
+		svc, err := tb.Client().CoreV1().Services("default").Get(ctx, "serve", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext:       func(ctx context.Context, _, addr string) (net.Conn, error) { return tb.egress.dial(ctx, addr) },
+		}}
+		get := func() ([]byte, error) {
+			resp, err := hc.Get("http://" + net.JoinHostPort(svc.Spec.ClusterIP, "80") + "/")
+			if err != nil {
+				return nil, err
+			}
+			defer resp.Body.Close()
+			return io.ReadAll(resp.Body)
+		}
+		var b []byte
+		// The Service is seconds old: kube-proxy may not have its rules yet.
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if werr := waitFor(wctx, "an answer from the ClusterIP", func() (bool, error) {
+			b, err = get()
+			return err == nil, nil
+		}); werr != nil {
+			t.Fatalf("%v: %v", werr, err)
+		}
+		name, rest, _ := strings.Cut(string(b), " ")
+		if rest != greeting+"\n" || !containsString(podNames(onNode), name) {
+			t.Errorf("GET %s:80 through the egress proxy: %q, want \"<a serve pod> %s\\n\"", svc.Spec.ClusterIP, b, greeting)
 		}
 	})
 }
