@@ -10,6 +10,11 @@
 //	podtool load -rate 100 -out FILE NAME=IP|NAME=* ...   lookups at a steady rate, counted per second
 //	podtool load -unique ...   each lookup of NAME asks u<N>.NAME instead, a new name (a cache miss) each time
 //	podtool flood -rate 1000 -for 10s DOMAIN   queries for new names under DOMAIN to the first nameserver, answers unread
+//	podtool serve -http :80 -echo :7 -greeting TEXT   HTTP "<hostname> TEXT" on GET, TCP echo
+//	podtool say -exit N WORDS...   print WORDS, exit with N
+//
+// serve and say are what `kubectl logs/exec/port-forward` and pods/proxy
+// are tested against.
 package main
 
 import (
@@ -33,7 +38,7 @@ func main() {
 	cmd := filepath.Base(os.Args[0])
 	if cmd != "pause" {
 		if len(args) == 0 {
-			fmt.Fprintln(os.Stderr, "usage: podtool pause | resolve [-timeout D] NAME=IP...")
+			fmt.Fprintln(os.Stderr, "usage: podtool pause | resolve [-timeout D] NAME=IP... | load ... | serve ... | say [-exit N] WORDS...")
 			os.Exit(2)
 		}
 		cmd, args = args[0], args[1:]
@@ -47,6 +52,10 @@ func main() {
 		os.Exit(load(args))
 	case "flood":
 		os.Exit(flood(args))
+	case "serve":
+		os.Exit(serve(args))
+	case "say":
+		os.Exit(say(args))
 	default:
 		fmt.Fprintf(os.Stderr, "podtool: unknown command %q\n", cmd)
 		os.Exit(2)
