@@ -90,8 +90,6 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	log.Info("starting", zap.String("version", version), zap.Strings("listen", cfg.listen),
 		zap.String("backend", cfg.backend), zap.Bool("setup_network", cfg.setupNetwork))
 	reg := metrics.NewSet()
-	// Test-only (oomtrigger.go): unset, as it is outside tests, it starts nothing.
-	startOOMTrigger(ctx, os.Getenv(oomFileEnv), oomPollInterval, log, allocateUntilKilled)
 
 	pool, err := upstream.New(upstream.Config{Backend: cfg.backend, Fallbacks: cfg.fallbacks, MaxInflight: cfg.maxInflight}, log, reg)
 	if err != nil {
