@@ -34,9 +34,8 @@ func (f floodResult) String() string {
 // names names, floodBatch at a time, each a miss that the frontend
 // resolves and caches. It stops when ctx ends, when the names are all
 // sent, or when floodSilence batches in a row got no answer.
-func floodCache(ctx context.Context, conn net.PacketConn, dst net.Addr, zone string, names int) floodResult {
+func floodCache(ctx context.Context, conn net.PacketConn, dst net.Addr, zone string, names int) (res floodResult) {
 	start := time.Now()
-	var res floodResult
 	defer func() { res.took = time.Since(start) }()
 	buf := make([]byte, dns.MaxMsgSize)
 	silent := 0
