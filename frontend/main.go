@@ -80,7 +80,10 @@ type listening struct {
 }
 
 // run serves until ctx ends, then drains and tears down. started, when
-// non-nil, is called once everything listens.
+// non-nil, is called once everything listens. Its steps, in order: the
+// resolver, the sockets taken over from a running instance or the holder,
+// the listeners, serving (node network, HTTP, readiness), then either a
+// drain (ctx ended) or a handover to a newer instance.
 func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	log, err := logging.New(cfg.logLevel)
 	if err != nil {
@@ -90,33 +93,99 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	log.Info("starting", zap.String("version", version), zap.Strings("listen", cfg.listen),
 		zap.String("backend", cfg.backend), zap.Bool("setup_network", cfg.setupNetwork))
 	reg := metrics.NewSet()
-	// Test-only (oomtrigger.go): unset, as it is outside tests, it starts nothing.
-	startOOMTrigger(ctx, os.Getenv(oomFileEnv), oomPollInterval, log, allocateUntilKilled)
 
-	pool, err := upstream.New(upstream.Config{Backend: cfg.backend, Fallbacks: cfg.fallbacks, MaxInflight: cfg.maxInflight}, log, reg)
+	pool, res, err := newResolver(cfg, log, reg)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, pool.Close()) }()
+	defer res.Close()
+
+	a := adoptSockets(ctx, cfg, log)
+	if a.sup != nil {
+		// Past this point, a return without Release leaves the sockets to
+		// the holder for the next instance.
+		defer func() { _ = a.sup.Close() }()
+	}
+	srv, err := listen(ctx, cfg, res, log, reg, a)
+	if err != nil {
+		return err
+	}
+	if a.sup != nil {
+		// From now on a crash loses no query: the holder keeps the sockets.
+		defer supplyHolder(ctx, a.sup, srv)()
+	}
+	s, err := serve(ctx, cfg, log, reg, pool, srv, a)
+	if err != nil {
+		return err
+	}
+	confirmTakeover(ctx, cfg, log, a.succ)
+	handedOver, closeHandover := acceptSuccessor(ctx, cfg, log, srv)
+	defer closeHandover()
+	if started != nil {
+		started(listening{DNS: srv.Addrs(), Metrics: s.httpAddrs[0], Health: s.httpAddrs[1]})
+	}
+	log.Info("ready", zap.Strings("dns", srv.Addrs()), zap.String("metrics", s.httpAddrs[0]), zap.String("health", s.httpAddrs[1]))
+
+	select {
+	case <-ctx.Done():
+		return drain(cfg, log, s, a.sup)
+	case h := <-handedOver:
+		s.nw.Leave()
+		releaseHolder(log, a.sup)
+		return handOver(ctx, cfg, log, srv, h, &s.stopping, s.httpSrv)
+	}
+}
+
+// newResolver returns the pool of connections to the backend and the
+// resolver in front of it. On error nothing is left open.
+func newResolver(cfg config, log *zap.Logger, reg *vm.Set) (*upstream.Pool, *resolver.Resolver, error) {
+	pool, err := upstream.New(upstream.Config{Backend: cfg.backend, Fallbacks: cfg.fallbacks, MaxInflight: cfg.maxInflight}, log, reg)
+	if err != nil {
+		return nil, nil, err
+	}
 	// CoreDNS names a server block by its port ("dns://:53"), whatever it
 	// binds; dashboards filter on that.
 	_, port, _ := net.SplitHostPort(cfg.listen[0])
 	res, err := resolver.New(cfg.resolverConfig(port), pool, reg, log, nil)
 	if err != nil {
-		return err
+		return nil, nil, errors.Join(err, pool.Close())
 	}
-	defer res.Close()
+	return pool, res, nil
+}
 
-	// A running instance (the one being upgraded) hands its sockets over:
-	// not one query is lost between its last read and this one's first.
-	var succ *handover.Successor
-	var inherited []*os.File
+// adoption is what an instance takes over as it starts.
+type adoption struct {
+	// succ is the handover in progress from a running instance, or nil.
+	succ *handover.Successor
+	// sup holds the holder's lease, or is nil without --holder-dir.
+	sup *holder.Supplier
+	// inherited are the sockets to serve, owned by the caller; nil: bind
+	// afresh.
+	inherited []*os.File
+}
+
+// abort gives up a handover in progress: the predecessor keeps serving.
+func (a adoption) abort() {
+	if a.succ != nil {
+		_ = a.succ.Abort()
+	}
+}
+
+// adoptSockets takes over the sockets of a running instance (the one
+// being upgraded), or else those the holder kept since the last instance
+// died. Neither is an error: without them the listeners bind afresh.
+func adoptSockets(ctx context.Context, cfg config, log *zap.Logger) adoption {
+	var a adoption
+	// A running instance hands its sockets over: not one query is lost
+	// between its last read and this one's first.
 	if cfg.handoverDir != "" {
-		succ, inherited, err = handover.Receive(ctx, cfg.handoverDir, cfg.listen)
+		var err error
+		a.succ, a.inherited, err = handover.Receive(ctx, cfg.handoverDir, cfg.listen)
 		if err != nil {
 			log.Warn("no socket handover; binding afresh", zap.Error(err))
-		} else if succ != nil {
-			log.Info("taking over the sockets of a running instance", zap.Int("sockets", len(inherited)))
+		} else if a.succ != nil {
+			log.Info("taking over the sockets of a running instance", zap.Int("sockets", len(a.inherited)))
 		}
 	}
 	// The holder (nodedns-frontend hold, beside this container) kept the
@@ -124,32 +193,29 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	// queued in them. A running predecessor's sockets are the ones served;
 	// the holder's lease is taken all the same, so that what it holds is
 	// replaced by what this instance serves.
-	var sup *holder.Supplier
 	if cfg.holderDir != "" {
-		sup = holder.NewSupplier(cfg.holderDir, cfg.listen, log.Named("holder"))
-		held, err := sup.Take(ctx)
+		a.sup = holder.NewSupplier(cfg.holderDir, cfg.listen, log.Named("holder"))
+		held, err := a.sup.Take(ctx)
 		switch {
-		case errors.Is(err, holder.ErrBusy) && succ != nil:
+		case errors.Is(err, holder.ErrBusy) && a.succ != nil:
 			// The predecessor holds the lease of a holder shared with it
 			// and releases it once it has handed over; this instance's
 			// supplier then takes it.
 		case err != nil:
 			log.Warn("sockets not taken from the holder; binding afresh", zap.Error(err))
-		case succ != nil:
+		case a.succ != nil:
 			closeFiles(held)
 		case len(held) > 0:
-			inherited = held
+			a.inherited = held
 			log.Info("taking back the sockets the holder kept since the last instance died", zap.Int("sockets", len(held)))
 		}
-		// Past this point, a return without Release leaves the sockets to
-		// the holder for the next instance.
-		defer func() { _ = sup.Close() }()
 	}
-	abort := func() {
-		if succ != nil {
-			_ = succ.Abort()
-		}
-	}
+	return a
+}
+
+// listen starts the DNS server on the sockets adopted, binding those
+// missing. On error a handover in progress is given up.
+func listen(ctx context.Context, cfg config, res *resolver.Resolver, log *zap.Logger, reg *vm.Set, a adoption) (*server.Server, error) {
 	srv, err := server.New(server.Config{
 		Listen:               cfg.listen,
 		MaxInflight:          cfg.maxInflight,
@@ -159,37 +225,58 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		// The addresses go onto the interface only once the backend is
 		// ready (DESIGN.md, "Lifecycle rules"): bind them before that.
 		FreeBind:  cfg.setupNetwork,
-		Inherited: inherited,
+		Inherited: a.inherited,
 		BindRetry: cfg.bindTimeout,
 	}, res, log.Named("server"), reg)
 	if err != nil {
-		abort()
-		return err
+		a.abort()
+		return nil, err
 	}
 	if err := srv.StartContext(ctx); err != nil {
-		abort()
-		return err
+		a.abort()
+		return nil, err
 	}
-	if sup != nil {
-		// From now on a crash loses no query: the holder keeps the sockets.
-		supCtx, cancelSup := context.WithCancel(context.WithoutCancel(ctx))
-		supDone := make(chan struct{})
-		go func() { defer close(supDone); sup.Run(supCtx, srv) }()
-		defer func() { cancelSup(); <-supDone }()
-	}
+	return srv, nil
+}
+
+// supplyHolder keeps the holder supplied with srv's sockets until the
+// function it returns is called (which waits for the supplier to stop).
+func supplyHolder(ctx context.Context, sup *holder.Supplier, srv *server.Server) (stop func()) {
+	supCtx, cancelSup := context.WithCancel(context.WithoutCancel(ctx))
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); sup.Run(supCtx, srv) }()
+	return func() { cancelSup(); <-supDone }
+}
+
+// serving is an instance that serves: DNS, node network and HTTP.
+type serving struct {
+	srv       *server.Server
+	nw        network
+	httpSrv   []*httpserve.Server
+	httpAddrs [2]string // metrics, health; "" when disabled
+	// stopping makes the instance unready: set once it drains.
+	stopping atomic.Bool
+}
+
+// serve starts the node network (the takeover of the node's DNS, which
+// waits for the backend in the background) and the metrics and health
+// servers. On error the DNS server is shut down and a handover in progress
+// given up.
+func serve(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, pool *upstream.Pool, srv *server.Server, a adoption) (*serving, error) {
+	s := &serving{srv: srv}
 	nw, g, err := startNetwork(ctx, cfg, log, reg, pool)
 	if err != nil {
-		abort()
+		a.abort()
 		_ = srv.Shutdown(context.Background())
-		return err
+		return nil, err
 	}
+	s.nw = nw
 	// Readiness: serving, the node's DNS taken over (which waits for the
 	// backend), and not shutting down. A backend that goes down later does
 	// not make the frontend unready: it keeps answering from cache and
 	// fallbacks, and /ready's detail says so.
-	var stopping atomic.Bool
 	ready := func() (bool, string) {
-		if stopping.Load() {
+		if s.stopping.Load() {
 			return false, "shutting down"
 		}
 		ok, detail := nw.Status()
@@ -200,61 +287,69 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		}
 		return ok, detail + "; " + pool.Status().String()
 	}
-	httpSrv, httpAddrs, err := serveHTTP(ctx, cfg, reg, ready)
+	s.httpSrv, s.httpAddrs, err = serveHTTP(ctx, cfg, reg, ready)
 	if err != nil {
-		abort()
+		a.abort()
 		_ = srv.Shutdown(context.Background())
-		return err
+		return nil, err
 	}
 	if err := nw.Setup(ctx); err != nil {
 		log.Error("node network setup", zap.Error(err))
-		abort()
+		a.abort()
 		_ = srv.Shutdown(context.Background())
-		return errors.Join(err, nw.Teardown(context.Background(), func() {}), closeHTTP(httpSrv))
+		return nil, errors.Join(err, nw.Teardown(context.Background(), func() {}), closeHTTP(s.httpSrv))
 	}
-	if succ != nil {
-		if err := succ.Ready(); err != nil {
-			log.Warn("socket handover", zap.Error(err))
-		} else {
-			go func() {
-				wctx, cancel := context.WithTimeout(ctx, cfg.shutdownTimeout+10*time.Second)
-				defer cancel()
-				if err := succ.Wait(wctx); err != nil {
-					log.Warn("predecessor did not confirm its drain", zap.Error(err))
-					return
-				}
-				log.Info("predecessor drained; sockets taken over")
-			}()
-		}
-	}
-	handedOver := make(chan *handover.Handover, 1)
-	if cfg.handoverDir != "" {
-		ln, err := handover.Listen(cfg.handoverDir, cfg.listen, log.Named("handover"))
-		if err != nil {
-			log.Warn("hitless upgrades disabled", zap.Error(err))
-		} else {
-			defer ln.Close()
-			go func() {
-				if h, err := ln.Accept(ctx, srv); err == nil {
-					handedOver <- h
-				}
-			}()
-		}
-	}
-	if started != nil {
-		started(listening{DNS: srv.Addrs(), Metrics: httpAddrs[0], Health: httpAddrs[1]})
-	}
-	log.Info("ready", zap.Strings("dns", srv.Addrs()), zap.String("metrics", httpAddrs[0]), zap.String("health", httpAddrs[1]))
+	return s, nil
+}
 
-	select {
-	case <-ctx.Done():
-	case h := <-handedOver:
-		nw.Leave()
-		releaseHolder(log, sup)
-		return handOver(ctx, cfg, log, srv, h, &stopping, httpSrv)
+// confirmTakeover tells the predecessor, if any, that this instance serves
+// its sockets, and logs when it has drained.
+func confirmTakeover(ctx context.Context, cfg config, log *zap.Logger, succ *handover.Successor) {
+	if succ == nil {
+		return
 	}
+	if err := succ.Ready(); err != nil {
+		log.Warn("socket handover", zap.Error(err))
+		return
+	}
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, cfg.shutdownTimeout+10*time.Second)
+		defer cancel()
+		if err := succ.Wait(wctx); err != nil {
+			log.Warn("predecessor did not confirm its drain", zap.Error(err))
+			return
+		}
+		log.Info("predecessor drained; sockets taken over")
+	}()
+}
+
+// acceptSuccessor waits, with --handover-dir, for a newer instance to take
+// srv's sockets over, and sends the handover on the channel it returns.
+// stop stops listening for one.
+func acceptSuccessor(ctx context.Context, cfg config, log *zap.Logger, srv *server.Server) (handedOver <-chan *handover.Handover, stop func()) {
+	ch := make(chan *handover.Handover, 1)
+	if cfg.handoverDir == "" {
+		return ch, func() {}
+	}
+	ln, err := handover.Listen(cfg.handoverDir, cfg.listen, log.Named("handover"))
+	if err != nil {
+		log.Warn("hitless upgrades disabled", zap.Error(err))
+		return ch, func() {}
+	}
+	go func() {
+		if h, err := ln.Accept(ctx, srv); err == nil {
+			ch <- h
+		}
+	}()
+	return ch, func() { _ = ln.Close() }
+}
+
+// drain stops the instance as the last one on the node, or beside a newer
+// one that did not take the sockets over: it becomes unready, releases the
+// holder, then tears down (network.Teardown) within --shutdown-timeout.
+func drain(cfg config, log *zap.Logger, s *serving, sup *holder.Supplier) error {
 	log.Info("shutting down", zap.Duration("timeout", cfg.shutdownTimeout), zap.Duration("lameduck", cfg.lameduck))
-	stopping.Store(true)
+	s.stopping.Store(true)
 	releaseHolder(log, sup)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
@@ -263,12 +358,12 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 	// the answers still leaving untracked; then remove the other rules and
 	// the interface; then stop serving metrics (network.Teardown).
 	var serr error
-	terr := nw.Teardown(context.WithoutCancel(sctx), func() {
-		if serr = srv.Shutdown(sctx); serr != nil {
+	terr := s.nw.Teardown(context.WithoutCancel(sctx), func() {
+		if serr = s.srv.Shutdown(sctx); serr != nil {
 			log.Warn("drain incomplete", zap.Error(serr))
 		}
 	})
-	herr := closeHTTP(httpSrv)
+	herr := closeHTTP(s.httpSrv)
 	log.Info("stopped")
 	return errors.Join(terr, herr)
 }

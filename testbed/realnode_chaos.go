@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,4 +52,11 @@ func (n *RealNode) ExecContainer(ctx context.Context, id string, argv ...string)
 	id = strings.TrimPrefix(id, "containerd://")
 	execID := fmt.Sprintf("e2e-%d", time.Now().UnixNano())
 	return n.ctr(ctx, append([]string{"tasks", "exec", "--exec-id", execID, id}, argv...)...)
+}
+
+// ListenPacket opens a UDP socket on addr in this node's network
+// namespace, as a process of the node (hostNetwork) would: a test sends
+// queries through it to the node's DNS, e.g. to flood the frontend's cache.
+func (n *RealNode) ListenPacket(addr string) (net.PacketConn, error) {
+	return listenPacketInNetns(n.Netns, addr)
 }

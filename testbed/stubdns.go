@@ -27,14 +27,16 @@ const StubDNSIP = NodeGateway
 // timeout.
 const StubHangDomain = "hang.stub.test."
 
-// stubDNS answers A queries for the names given to SetStubRecord and
-// NXDOMAIN for every other name (RFC 1035 §4.1.1), authoritatively, and
-// never answers names under StubHangDomain.
+// stubDNS answers A queries for the names given to SetStubRecord
+// (wildcards "*.PARENT" included), for the names directly under the zones
+// given to SetStubWideZone, and NXDOMAIN for every other name (RFC 1035
+// §4.1.1), authoritatively; it never answers names under StubHangDomain.
 type stubDNS struct {
 	servers []*dns.Server
 
-	mu      sync.Mutex        // guards records
+	mu      sync.Mutex        // guards records and wide
 	records map[string]net.IP // lower-case FQDN → address
+	wide    map[string]int    // lower-case zone FQDN → A records of each name under it
 }
 
 // SetStubRecord makes the stub upstream answer name (any case, with or
@@ -53,6 +55,22 @@ func (tb *Testbed) SetStubRecord(name string, ip net.IP) error {
 	return nil
 }
 
+// SetStubWideZone makes the stub upstream answer an A query for any name
+// one label under zone (LABEL.zone) with records A records, of addresses
+// in 198.18.0.0/15 (RFC 2544, benchmarking: never a destination). Each
+// name is an answer of about 16 bytes per record that a cache holds: a
+// test floods a cache with such names to fill its memory.
+func (tb *Testbed) SetStubWideZone(zone string, records int) error {
+	s, err := tb.ensureStubDNS()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.wide[strings.ToLower(dns.Fqdn(zone))] = records
+	s.mu.Unlock()
+	return nil
+}
+
 func (tb *Testbed) ensureStubDNS() (*stubDNS, error) {
 	if _, err := tb.ensureNetwork(context.Background()); err != nil {
 		return nil, err
@@ -62,7 +80,7 @@ func (tb *Testbed) ensureStubDNS() (*stubDNS, error) {
 	if tb.stubDNS != nil {
 		return tb.stubDNS, nil
 	}
-	s := &stubDNS{records: map[string]net.IP{}}
+	s := &stubDNS{records: map[string]net.IP{}, wide: map[string]int{}}
 	addr := net.JoinHostPort(StubDNSIP, "53")
 	pc, err := listenPacketInNetns(tb.network.netns, addr)
 	if err != nil {
@@ -98,13 +116,29 @@ func (s *stubDNS) serve(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	s.mu.Lock()
 	ip, ok := s.records[name]
-	if _, parent, found := strings.Cut(name, "."); !ok && found {
-		ip, ok = s.records["*."+parent]
+	wide := 0
+	if _, parent, cut := strings.Cut(name, "."); cut && !ok {
+		if ip, ok = s.records["*."+parent]; !ok {
+			wide, ok = s.wide[parent]
+		}
 	}
 	s.mu.Unlock()
 	switch {
 	case !ok:
 		m.Rcode = dns.RcodeNameError
+	case q.Qtype == dns.TypeA && wide > 0:
+		for i := range wide {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
+				A: net.IPv4(198, 18, byte(i>>8), byte(i))})
+		}
+		m.Compress = true
+		if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+			size := dns.MinMsgSize // RFC 1035 §4.2.1, or the client's EDNS size (RFC 6891 §6.2.5)
+			if o := r.IsEdns0(); o != nil {
+				size = int(o.UDPSize())
+			}
+			m.Truncate(size)
+		}
 	case q.Qtype == dns.TypeA:
 		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: ip}}
 	} // other types of a known name: NODATA (RFC 2308 §2.2)

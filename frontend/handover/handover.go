@@ -1,7 +1,7 @@
 // Package handover passes a running frontend's sockets to a newer instance
-// over a unix socket (SCM_RIGHTS), so that an upgrade loses no query: the
-// kernel keeps queueing datagrams on the very same sockets while the old
-// instance stops reading and the new one starts.
+// over a unix socket (SCM_RIGHTS, through package fdpass), so that an
+// upgrade loses no query: the kernel keeps queueing datagrams on the very
+// same sockets while the old instance stops reading and the new one starts.
 //
 // Protocol, over a SOCK_SEQPACKET connection to <dir>/frontend.sock:
 //
@@ -24,22 +24,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/frontend/internal/fdpass"
 )
 
 // SocketName is the name of the unix socket in the handover directory.
 const SocketName = "frontend.sock"
-
-// maxFDsPerMessage stays well below the kernel's SCM_MAX_FD (253).
-const maxFDsPerMessage = 64
-
-// maxMessage bounds one protocol message (listen lists included).
-const maxMessage = 4096
 
 // ErrRefused is returned by Receive when the running instance serves other
 // addresses: it is not this instance's predecessor.
@@ -131,7 +126,7 @@ const handshakeTimeout = 10 * time.Second
 
 func (l *Listener) give(c *net.UnixConn, d Donor) (*Handover, error) {
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	msg, _, err := readMsg(c, 0)
+	msg, _, err := fdpass.Read(c, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read hello: %w", err)
 	}
@@ -153,22 +148,14 @@ func (l *Listener) give(c *net.UnixConn, d Donor) (*Handover, error) {
 			_ = f.Close()
 		}
 	}()
-	for i := 0; i < len(files); i += maxFDsPerMessage {
-		chunk := files[i:min(i+maxFDsPerMessage, len(files))]
-		fds := make([]int, len(chunk))
-		for j, f := range chunk {
-			if fds[j], err = fdOf(f); err != nil {
-				return nil, err
-			}
-		}
-		if _, _, err := c.WriteMsgUnix([]byte("files"), unix.UnixRights(fds...), nil); err != nil {
-			return nil, fmt.Errorf("send sockets: %w", err)
-		}
+	fds, err := fdpass.FDs(files)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := c.Write([]byte("end " + strconv.Itoa(len(files)))); err != nil {
-		return nil, fmt.Errorf("send end: %w", err)
+	if err := fdpass.Send(c, fds); err != nil {
+		return nil, err
 	}
-	msg, _, err = readMsg(c, 0)
+	msg, _, err = fdpass.Read(c, 0)
 	if err != nil {
 		return nil, fmt.Errorf("wait for ready: %w", err)
 	}
@@ -215,28 +202,23 @@ func Receive(ctx context.Context, dir string, listen []string) (*Successor, []*o
 	if _, err := c.Write([]byte("hello " + joinAddrs(listen))); err != nil {
 		return fail(fmt.Errorf("handover hello: %w", err))
 	}
-	for {
-		msg, fds, err := readMsg(c, maxFDsPerMessage)
-		for _, fd := range fds {
-			files = append(files, os.NewFile(uintptr(fd), "inherited"))
-		}
-		if err != nil {
-			return fail(fmt.Errorf("handover receive: %w", err))
-		}
-		switch {
-		case msg == "files":
-		case strings.HasPrefix(msg, "end "):
-			if n, _ := strconv.Atoi(msg[4:]); n != len(files) {
-				return fail(fmt.Errorf("handover: %d sockets announced, %d received", n, len(files)))
-			}
-			_ = c.SetDeadline(time.Time{})
-			return &Successor{c: c}, files, nil
-		case strings.HasPrefix(msg, "refuse "):
-			return fail(fmt.Errorf("%w: %s", ErrRefused, msg[len("refuse "):]))
-		default:
-			return fail(fmt.Errorf("handover: unexpected %q", msg))
-		}
+	msg, fds, err := fdpass.Read(c, fdpass.MaxFDs)
+	if err != nil {
+		return fail(fmt.Errorf("handover receive: %w", err))
 	}
+	if reason, ok := strings.CutPrefix(msg, "refuse "); ok {
+		fdpass.Close(fds)
+		return fail(fmt.Errorf("%w: %s", ErrRefused, reason))
+	}
+	fds, err = fdpass.ReceiveRest(c, msg, fds)
+	if err != nil {
+		return fail(fmt.Errorf("handover receive: %w", err))
+	}
+	for _, fd := range fds {
+		files = append(files, os.NewFile(uintptr(fd), "inherited"))
+	}
+	_ = c.SetDeadline(time.Time{})
+	return &Successor{c: c}, files, nil
 }
 
 // Ready tells the predecessor that this instance serves the sockets: it
@@ -254,7 +236,7 @@ func (s *Successor) Wait(ctx context.Context) error {
 	defer s.c.Close()
 	stop := context.AfterFunc(ctx, func() { _ = s.c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	msg, _, err := readMsg(s.c, 0)
+	msg, _, err := fdpass.Read(s.c, 0)
 	if err != nil {
 		return fmt.Errorf("handover wait: %w", err)
 	}
@@ -268,52 +250,4 @@ func (s *Successor) Wait(ctx context.Context) error {
 // serving.
 func (s *Successor) Abort() error { return s.c.Close() }
 
-// readMsg reads one message and the file descriptors sent with it (at most
-// maxFDs; more are closed and reported as an error).
-func readMsg(c *net.UnixConn, maxFDs int) (string, []int, error) {
-	buf := make([]byte, maxMessage)
-	oob := make([]byte, unix.CmsgSpace(4*max(maxFDs, 1)))
-	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
-	if err != nil {
-		return "", nil, err
-	}
-	var fds []int
-	if oobn > 0 {
-		cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil {
-			return "", nil, err
-		}
-		for _, cm := range cmsgs {
-			got, err := unix.ParseUnixRights(&cm)
-			if err == nil {
-				fds = append(fds, got...)
-			}
-		}
-	}
-	if flags&unix.MSG_CTRUNC != 0 || len(fds) > maxFDs {
-		for _, fd := range fds {
-			_ = unix.Close(fd)
-		}
-		return "", nil, errors.New("too many file descriptors in one message")
-	}
-	if n == 0 {
-		return "", fds, errors.New("connection closed")
-	}
-	return string(buf[:n]), fds, nil
-}
-
 func joinAddrs(addrs []string) string { return strings.Join(addrs, ",") }
-
-// fdOf returns f's descriptor without f.Fd, which would switch the socket,
-// shared with the running server, to blocking mode.
-func fdOf(f *os.File) (int, error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var fd int
-	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
-		return 0, err
-	}
-	return fd, nil
-}

@@ -45,6 +45,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/frontend/internal/fdpass"
 )
 
 // handshakeTimeout bounds each exchange of the protocol: both ends are on
@@ -164,7 +166,7 @@ func (h *Holder) dropLocked(why string) {
 	if len(h.fds) > 0 {
 		h.log.Info("closing the held sockets", zap.Int("sockets", len(h.fds)), zap.String("why", why))
 	}
-	closeFDs(h.fds)
+	fdpass.Close(h.fds)
 	h.fds, h.listen = nil, ""
 }
 
@@ -172,12 +174,12 @@ func (h *Holder) dropLocked(why string) {
 func (h *Holder) serve(c *net.UnixConn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	msg, fds, err := readMsg(c, 0)
+	msg, fds, err := fdpass.Read(c, 0)
 	if err != nil {
 		h.log.Warn("frontend connection", zap.Error(err))
 		return
 	}
-	closeFDs(fds)
+	fdpass.Close(fds)
 	listen, ok := strings.CutPrefix(msg, "hello ")
 	if !ok {
 		h.log.Warn("frontend connection", zap.String("unexpected", msg))
@@ -190,24 +192,24 @@ func (h *Holder) serve(c *net.UnixConn) {
 	}
 	released := false
 	defer func() { h.leave(c, released) }()
-	err = sendFDs(c, offer)
-	closeFDs(offer)
+	err = fdpass.Send(c, offer)
+	fdpass.Close(offer)
 	if err != nil {
 		h.log.Warn("offer the held sockets", zap.Error(err))
 		return
 	}
 	for {
 		_ = c.SetDeadline(time.Time{})
-		msg, fds, err := readMsg(c, maxFDsPerMessage)
+		msg, fds, err := fdpass.Read(c, fdpass.MaxFDs)
 		if err != nil {
-			if !errors.Is(err, errClosed) {
+			if !errors.Is(err, fdpass.ErrClosed) {
 				h.log.Warn("frontend connection", zap.Error(err))
 			}
 			return
 		}
 		_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 		if msg == "release" {
-			closeFDs(fds)
+			fdpass.Close(fds)
 			h.mu.Lock()
 			h.dropLocked("the frontend stopped cleanly")
 			h.mu.Unlock()
@@ -215,7 +217,7 @@ func (h *Holder) serve(c *net.UnixConn) {
 			_, _ = c.Write([]byte("released"))
 			return
 		}
-		set, err := recvRest(c, msg, fds)
+		set, err := fdpass.ReceiveRest(c, msg, fds)
 		if err != nil {
 			h.log.Warn("receive the frontend's sockets", zap.Error(err))
 			return
@@ -267,7 +269,7 @@ func (h *Holder) replace(fds []int, listen string) int {
 	defer h.mu.Unlock()
 	old := h.fds
 	h.fds, h.listen = fds, listen
-	closeFDs(old)
+	fdpass.Close(old)
 	h.log.Debug("holding the frontend's sockets", zap.Int("sockets", len(fds)))
 	return len(fds)
 }

@@ -12,6 +12,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/frontend/internal/fdpass"
 )
 
 // ErrBusy is returned by Take when another frontend holds the holder's
@@ -99,15 +101,15 @@ func (s *Supplier) hello(ctx context.Context) (*net.UnixConn, []int, error) {
 	if _, err := c.Write([]byte("hello " + s.listen)); err != nil {
 		return fail(fmt.Errorf("holder hello: %w", err))
 	}
-	msg, fds, err := readMsg(c, maxFDsPerMessage)
+	msg, fds, err := fdpass.Read(c, fdpass.MaxFDs)
 	if err != nil {
 		return fail(fmt.Errorf("holder: %w", err))
 	}
 	if msg == "busy" {
-		closeFDs(fds)
+		fdpass.Close(fds)
 		return fail(ErrBusy)
 	}
-	fds, err = recvRest(c, msg, fds)
+	fds, err = fdpass.ReceiveRest(c, msg, fds)
 	if err != nil {
 		return fail(fmt.Errorf("holder: %w", err))
 	}
@@ -131,7 +133,7 @@ func (s *Supplier) Run(ctx context.Context, d Donor) {
 			var fds []int
 			var err error
 			c, fds, err = s.hello(ctx)
-			closeFDs(fds)
+			fdpass.Close(fds)
 			if err != nil && !errors.Is(err, ErrBusy) {
 				s.log.Debug("holder", zap.Error(err))
 			}
@@ -180,17 +182,17 @@ func (s *Supplier) give(c *net.UnixConn, d Donor) error {
 			_ = f.Close()
 		}
 	}()
-	fds, err := fdsOf(files)
+	fds, err := fdpass.FDs(files)
 	if err != nil {
 		return err
 	}
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer c.SetDeadline(time.Time{})
-	if err := sendFDs(c, fds); err != nil {
+	if err := fdpass.Send(c, fds); err != nil {
 		return err
 	}
-	msg, got, err := readMsg(c, 0)
-	closeFDs(got)
+	msg, got, err := fdpass.Read(c, 0)
+	fdpass.Close(got)
 	if err != nil {
 		return err
 	}
@@ -216,8 +218,8 @@ func (s *Supplier) wait(ctx context.Context, c *net.UnixConn) {
 		}
 	}()
 	for {
-		msg, fds, err := readMsg(c, 0)
-		closeFDs(fds)
+		msg, fds, err := fdpass.Read(c, 0)
+		fdpass.Close(fds)
 		if err != nil {
 			if !s.releasing() && ctx.Err() == nil {
 				s.log.Warn("the holder went away; supplying it again once it is back", zap.Error(err))
@@ -255,8 +257,8 @@ func sayRelease(c *net.UnixConn) error {
 	if _, err := c.Write([]byte("release")); err != nil {
 		return fmt.Errorf("holder release: %w", err)
 	}
-	msg, fds, err := readMsg(c, 0)
-	closeFDs(fds)
+	msg, fds, err := fdpass.Read(c, 0)
+	fdpass.Close(fds)
 	if err != nil {
 		return fmt.Errorf("holder release: %w", err)
 	}

@@ -13,17 +13,18 @@ import (
 
 // Sharded series keep one copy of their values per P (the scheduler's
 // processor a goroutine runs on, one per GOMAXPROCS) and add the copies up
-// when /metrics is read. A goroutine pinned to its P is the only writer of
-// that P's copy for the length of one update, so readers on different
-// cores never write the same cache line: no lock and no cache-line
-// ping-pong on the hit path however many cores serve it. The Prometheus
+// when /metrics is read. Each P writes its own copy (shard.go says how an
+// update finds it), so readers on different cores do not write the same
+// cache line: no lock and no cache-line ping-pong on the hit path however
+// many cores serve it. The Prometheus
 // client and VictoriaMetrics/metrics share one atomic per counter and one
 // mutex per histogram among all cores.
 //
 // Each P's copy of a group of series is padded to whole cache lines. The
-// updates stay atomic (an uncontended atomic add), so that a P whose
+// updates stay atomic (an uncontended atomic add), so that a token whose
 // number exceeds the shard count (GOMAXPROCS raised after the series were
-// made) shares a shard correctly rather than losing counts.
+// made, or the pool's tokens of shard.go) shares a shard correctly rather
+// than losing counts.
 
 // cacheLine is the unit of padding between shards; 128 bytes covers the
 // adjacent-line prefetch of x86 and the 128-byte lines of some arm64 cores.
@@ -59,9 +60,9 @@ func newBlock(words int) *block {
 	return &block{words: all[wordsPerLine:], width: width, mask: n - 1}
 }
 
-// local returns the first word of the calling P's shard. The caller must
-// have pinned itself (procPin) and stay pinned while it uses the shard.
-func (b *block) local(pid int) int { return (pid & b.mask) * b.width }
+// local returns the first word of shard n (wrapped to the shard count):
+// the shard of a token from takeShard (shard.go).
+func (b *block) local(n int) int { return (n & b.mask) * b.width }
 
 // sum adds up word i of every shard.
 func (b *block) sum(i int) uint64 {
@@ -84,9 +85,9 @@ func (c ShardedCounter) Inc() { c.Add(1) }
 
 // Add adds n, which must not be negative.
 func (c ShardedCounter) Add(n int) {
-	pid := procPin()
-	c.b.words[c.b.local(pid)+c.i].Add(uint64(n))
-	procUnpin()
+	t := takeShard()
+	c.b.words[c.b.local(t.n)+c.i].Add(uint64(n))
+	putShard(t)
 }
 
 // Get returns the sum over all shards.
@@ -168,8 +169,8 @@ func (h *ShardedHistogram) UpdateN(v float64, n int) {
 			break
 		}
 	}
-	pid := procPin()
-	w := h.b.words[h.b.local(pid):]
+	t := takeShard()
+	w := h.b.words[h.b.local(t.n):]
 	w[i].Add(uint64(n))
 	sum := &w[len(h.bounds)+1]
 	add := v * float64(n)
@@ -179,7 +180,7 @@ func (h *ShardedHistogram) UpdateN(v float64, n int) {
 			break
 		}
 	}
-	procUnpin()
+	putShard(t)
 }
 
 // write writes the histogram's series, summed over the shards.

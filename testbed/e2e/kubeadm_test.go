@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -294,13 +295,13 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	steps := &stepLog{}
 	defer report(t, r.nodes, r.results, steps)
 	chrt, values := nodednsChart(t, r)
-	// Test-only: step d2 creates this file to get the frontend OOM-killed
-	// (frontend/README.md, "ENVIRONMENT").
-	values["frontend"] = map[string]any{"env": []any{map[string]any{"name": "NODEDNS_TEST_OOM_FILE", "value": oomFile}}}
+	// A cache larger than the 64Mi limit holds: step d2 floods it with
+	// large answers to get the frontend OOM-killed.
+	values["cache"] = map[string]any{"size": floodCacheSize}
 	values["podAnnotations"] = map[string]any{"nodedns.test/rollout": "2"}
 
 	// c. An upgrade that changes the pod template: a surge rollout.
-	steps.begin("c. helm upgrade changing the pod template (surge rollout)", "helm upgrade nodedns oci://…/nodedns -n kube-system --set podAnnotations.rollout=2")
+	steps.begin("c. helm upgrade changing the pod template (surge rollout)", "helm upgrade nodedns oci://…/nodedns -n kube-system --set podAnnotations.rollout=2 --set cache.size=200000")
 	upgrade := action.NewUpgrade(r.cfg)
 	upgrade.Namespace = helm.DefaultNamespace
 	start := time.Now()
@@ -327,7 +328,8 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	if r1.reason != "137 Error" {
 		t.Errorf("d1: last exit %q, want 137 Error", r1.reason)
 	}
-	steps.begin("d2. frontend OOM-killed by its 64Mi limit (kubelet's 10 s back-off on a second crash)", "touch <holder emptyDir>/"+filepath.Base(oomFile)+" (node-a; NODEDNS_TEST_OOM_FILE)")
+	steps.begin("d2. frontend OOM-killed by its 64Mi limit, its cache (cache.size=200000) flooded with large answers (kubelet's 10 s back-off on a second crash)",
+		fmt.Sprintf("dig @169.254.20.10 N.%s A, N = 0, 1, 2, … (node-a; %d A records each) until the frontend stops answering", floodZone, floodRecords))
 	steps.expectLoss("a second crash in a row: kubelet's CrashLoopBackOff (10 s) outlasts the clients' 5 s timeout: queries wait in the held sockets, and those older than 5 s when the frontend is back are lost; " +
 		"that backlog reaches the restarted frontend's empty cache at once, past --max-inflight-per-source (250) of the client's misses: those are answered SERVFAIL " +
 		"(nodedns_server_refused_total{reason=\"inflight_source\"}), and a stub resolver that had not given up yet moves on to its next search name and fails with NXDOMAIN")

@@ -24,10 +24,17 @@ const (
 	// lookupTimeout: a lookup unanswered this long is lost (a stub
 	// resolver's first retry comes at 5s).
 	lookupTimeout = 5 * time.Second
-	// oomFile is the frontend's NODEDNS_TEST_OOM_FILE, in the holder's
-	// emptyDir (the chart's holder.dir): a file of the pod, so that a
-	// trigger left behind dies with it.
-	oomFile = "/run/nodedns-holder/oom-kill"
+	// floodZone: the stub upstream answers every name one label under it
+	// with floodRecords A records (testbed.SetStubWideZone): about 1,070
+	// bytes packed, under the 1,232 bytes of the largest answer the
+	// frontend caches.
+	floodZone    = "wide.nodedns.test"
+	floodRecords = 64
+	// floodCacheSize is the frontend's cache.size from step c on: 200,000
+	// such answers need over 200 MiB, far past the chart's 64Mi memory
+	// limit, so that a flood of them gets the frontend OOM-killed (step
+	// d2) by configuration alone.
+	floodCacheSize = 200000
 )
 
 // report prints a row of the Real nodes table per step (and, for the

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,28 +107,41 @@ func waitRestarted(ctx context.Context, t *testing.T, tb *testbed.Testbed, pod *
 	return r
 }
 
-// oomKill gets the frontend of n's nodedns pod OOM-killed: it creates the
-// frontend's NODEDNS_TEST_OOM_FILE (oomFile) in the pod's holder emptyDir,
-// as the node's mount namespace sees it (a Memory emptyDir is a tmpfs
-// kubelet mounted there), and waits until kubelet has restarted the
-// container and it is ready again.
+// oomKill gets the frontend of n's nodedns pod OOM-killed by its memory
+// limit, by configuration alone: its cache holds more large answers
+// (floodCacheSize) than the limit has room for, and a flood of names
+// under floodZone, sent from n's network namespace to the frontend,
+// fills it. It waits until kubelet has restarted the container and it is
+// ready again; the flood stops once the frontend no longer answers, so
+// the restarted one, its cache empty, is not flooded again.
 func oomKill(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *testbed.RealNode) restart {
 	t.Helper()
 	pod := nodednsPod(ctx, t, tb, n.Name)
 	cs, _ := containerStatus(pod, "frontend")
-	t.Logf("%s frontend before the OOM trigger: %s", n.Name, memoryCgroup(ctx, n, cs.ContainerID))
-	file := filepath.Join(n.Dir, "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", "holder", filepath.Base(oomFile))
-	at := time.Now()
-	if _, err := n.Run(ctx, "touch", file); err != nil {
+	t.Logf("%s frontend before the flood: %s", n.Name, memoryCgroup(ctx, n, cs.ContainerID))
+	if err := tb.SetStubWideZone(floodZone, floodRecords); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	conn, err := n.ListenPacket("0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dst := &net.UDPAddr{IP: net.ParseIP(linkLocalIP), Port: 53}
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	flooded := make(chan floodResult, 1)
+	at := time.Now()
+	go func() { flooded <- floodCache(fctx, conn, dst, floodZone, floodCacheSize) }()
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	r := waitRestarted(wctx, t, tb, pod, "frontend", cs.RestartCount, at)
-	t.Logf("%s frontend: trigger file created at %s, the container's exit at %s (kubelet's second resolution)",
-		n.Name, at.UTC().Format("15:04:05.000"), r.finished.UTC().Format("15:04:05"))
-	if _, err := n.Run(ctx, "test", "!", "-e", file); err != nil {
-		t.Errorf("trigger file left after the OOM kill (the next frontend would allocate again): %v", err)
+	stop()
+	f := <-flooded
+	t.Logf("%s frontend: flood from %s: %s; the container's exit at %s (kubelet's second resolution)",
+		n.Name, at.UTC().Format("15:04:05.000"), f, r.finished.UTC().Format("15:04:05"))
+	if f.answered == 0 {
+		t.Errorf("the frontend answered none of the flood's %d queries", f.sent)
 	}
 	return r
 }
