@@ -32,8 +32,16 @@ func (tb *Testbed) apiserverArgs(binary, etcdURL string) []string {
 		"--service-account-signing-key-file=" + f("sa.key"),
 		"--allow-privileged=true",
 		"--profiling=false",
-		// No kubelets: nothing to dial, and no node heartbeats to wait for.
+		// Kubelets (AddRealNode) serve on their InternalIP, with a serving
+		// certificate of the testbed CA for that address; they accept the
+		// client certificate of KubeletClientUser from the same CA.
 		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-certificate-authority=" + f("ca.crt"),
+		"--kubelet-client-certificate=" + f("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + f("apiserver-kubelet-client.key"),
+		// Connections to kubelets and pods go through the egress proxy,
+		// which dials them from the control-plane namespace (egress.go).
+		"--egress-selector-config-file=" + f(egressConfigFile),
 	}
 	return append(args, tb.opts.ExtraAPIServerArgs...)
 }

@@ -8,6 +8,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -34,6 +35,10 @@ func (tb *Testbed) writeCredentials() error {
 	if err != nil {
 		return err
 	}
+	kcCrt, kcKey, err := tb.pki.client(KubeletClientUser, nil)
+	if err != nil {
+		return err
+	}
 	tb.adminToken = randomToken()
 	// token,user,uid,"group1,group2" (kube-apiserver --token-auth-file)
 	tokens := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", tb.adminToken, AdminUser, AdminUser)
@@ -44,10 +49,30 @@ func (tb *Testbed) writeCredentials() error {
 		"sa.key":        saKey,
 		"sa.pub":        saPub,
 		"tokens.csv":    []byte(tokens),
+		// kube-apiserver's client certificate towards kubelets.
+		"apiserver-kubelet-client.crt": kcCrt,
+		"apiserver-kubelet-client.key": kcKey,
 	} {
 		if err := writeFile(filepath.Join(tb.Dir, name), data); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ensureKubeletClientBinding lets KubeletClientUser use every kubelet API
+// (system:kubelet-api-admin: nodes/proxy, nodes/log, ...): kubelets
+// authorize it through the API server (webhook mode), as kubeadm's
+// clusters do.
+func (tb *Testbed) ensureKubeletClientBinding(ctx context.Context) error {
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "testbed:" + KubeletClientUser},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: KubeletClientUser}},
+	}
+	_, err := tb.client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("bind %s to system:kubelet-api-admin: %w", KubeletClientUser, err)
 	}
 	return nil
 }

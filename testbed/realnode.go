@@ -140,6 +140,9 @@ func (tb *Testbed) AddRealNode(ctx context.Context, name string, opts RealNodeOp
 	if _, err := tb.ensureStubDNS(); err != nil {
 		return nil, err
 	}
+	if err := tb.ensureKubeletClientBinding(ctx); err != nil {
+		return nil, err
+	}
 
 	tb.mu.Lock()
 	index := len(tb.realNodes)
@@ -243,6 +246,9 @@ func (tb *Testbed) realState(ctx context.Context) (*runState, error) {
 	}
 	if tb.etcdData != "" {
 		s.Dirs = append(s.Dirs, tb.etcdData)
+	}
+	if tb.egressDir != "" {
+		s.Dirs = append(s.Dirs, tb.egressDir)
 	}
 	if err := s.save(); err != nil {
 		return nil, err
@@ -548,11 +554,26 @@ func (n *RealNode) startKubeProxy(ctx context.Context, mode ProxyMode) error {
 }
 
 // routePodCIDRs routes every node's PodCIDR via its node IP in every other
-// node's namespace (the nodes share the control-plane bridge).
+// node's namespace (the nodes share the control-plane bridge) and in the
+// control-plane namespace, where the egress proxy dials pods for the API
+// server (egress.go), with ServiceCIDR via the first node.
 func (tb *Testbed) routePodCIDRs(ctx context.Context) error {
 	tb.mu.Lock()
 	nodes := append([]*RealNode(nil), tb.realNodes...)
+	cp := tb.network.netns
 	tb.mu.Unlock()
+	for _, b := range nodes {
+		if err := ipCmd(ctx, "-n", cp, "route", "replace", b.PodCIDR, "via", b.IP.String(), "dev", "br0"); err != nil {
+			return err
+		}
+	}
+	// ClusterIPs (webhooks and APIServices named by Service) via the first
+	// node, whose kube-proxy translates them as for its own pods.
+	if len(nodes) > 0 {
+		if err := ipCmd(ctx, "-n", cp, "route", "replace", ServiceCIDR, "via", nodes[0].IP.String(), "dev", "br0"); err != nil {
+			return err
+		}
+	}
 	for _, a := range nodes {
 		for _, b := range nodes {
 			if a == b {
@@ -633,8 +654,8 @@ func containsString(list []string, s string) bool {
 
 // ContainerLogs returns the end (at most n bytes) of the kubelet log files
 // of every container of pods in namespace ns whose name starts with
-// prefix, on this node (kubelet's /var/log/pods, in the node's /var): the
-// API server cannot reach kubelets here, so `kubectl logs` does not work.
+// prefix, on this node (kubelet's /var/log/pods, in the node's /var),
+// read from the files: it works when the API server or kubelet does not.
 func (n *RealNode) ContainerLogs(ns, prefix string, max int) string {
 	files, _ := filepath.Glob(filepath.Join(n.Dir, "var", "log", "pods", ns+"_"+prefix+"*", "*", "*.log"))
 	var b strings.Builder

@@ -28,7 +28,10 @@ const (
 // image on both, CoreDNS as kubeadm deploys it (two replicas of the
 // backend image), and on each node a client pod that resolves a Service
 // name through the search path, kubernetes.default and a name only the
-// stub upstream knows; then pods whose images are pulled from a registry
+// stub upstream knows; then kubectl logs, exec, port-forward and a
+// pods/proxy GET against a `podtool serve` pod on each node (the API
+// server reaches kubelets and pods through its egress proxy,
+// realnode_kubectl_test.go); then pods whose images are pulled from a registry
 // the test started, on node-a through the mirror it started with, on
 // node-b once the mirror is added (registry_realnode_test.go). Then Stop,
 // and nothing of the run may be left: no
@@ -112,8 +115,14 @@ func TestRealNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WaitDaemonSetReady(ctx, c, "default", ds.Name, 2); err != nil {
+	greeting := "greeting-" + randomToken()[:8]
+	if _, err := c.AppsV1().DaemonSets("default").Create(ctx, serveDaemonSet(greeting), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	for _, name := range []string{ds.Name, "serve"} {
+		if err := WaitDaemonSetReady(ctx, c, "default", name, 2); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := WaitDeploymentReady(ctx, c, "kube-system", "coredns"); err != nil {
 		t.Fatal(err)
@@ -136,6 +145,11 @@ func TestRealNodes(t *testing.T) {
 			t.Errorf("client on %s: %s, want Succeeded: %s", n.Name, phase, msg)
 		}
 	}
+	start = time.Now()
+	t.Run("kubelet access", func(t *testing.T) {
+		testKubeletAccess(ctx, t, tb, nodes, greeting)
+	})
+	t.Logf("kubectl logs, exec, port-forward, pods/proxy on both nodes and services/proxy in %s", time.Since(start).Round(time.Millisecond))
 	pause := archiveOf(t, archives, PauseImage)
 	t.Run("pull from registry", func(t *testing.T) {
 		testRegistryPull(ctx, t, tb, reg, nodes[0], pause)

@@ -39,6 +39,9 @@ const (
 	DNSServiceIP = "10.96.0.10"
 	// AdminUser is the user of Kubeconfig and Client, in group system:masters.
 	AdminUser = "testbed-admin"
+	// KubeletClientUser is kube-apiserver's user towards kubelets (its
+	// --kubelet-client-certificate), bound to system:kubelet-api-admin.
+	KubeletClientUser = "kube-apiserver-kubelet-client"
 )
 
 // defaultStartTimeout bounds Start and RestartAPIServer: kube-apiserver is
@@ -98,6 +101,8 @@ type Testbed struct {
 	control    []*Process   // kube-controller-manager, kube-scheduler (controllers.go)
 	stubDNS    *stubDNS     // the node namespaces' upstream, or nil (stubdns.go)
 	registries []*Registry  // started by StartRegistry (registry.go)
+	egress     *egressProxy // kube-apiserver's "cluster" egress (egress.go)
+	egressDir  string       // the egress socket's directory when not Dir, or ""
 	stopped    bool
 }
 
@@ -142,6 +147,9 @@ func Start(ctx context.Context, opts Options) (_ *Testbed, err error) {
 	}()
 
 	if err := tb.writeCredentials(); err != nil {
+		return nil, err
+	}
+	if err := tb.startEgress(); err != nil {
 		return nil, err
 	}
 	etcdURL, err := tb.startEtcd(ctx, etcdPath)
@@ -266,6 +274,7 @@ func (tb *Testbed) Stop() error {
 	tb.stopped = true
 	proxies, nw, api, etcd := tb.proxies, tb.network, tb.apiserver, tb.etcd
 	realNodes, control, stub, registries := tb.realNodes, tb.control, tb.stubDNS, tb.registries
+	egress := tb.egress
 	tb.mu.Unlock()
 
 	var errs []error
@@ -292,6 +301,12 @@ func (tb *Testbed) Stop() error {
 	}
 	if etcd != nil {
 		errs = append(errs, etcd.Stop())
+	}
+	if egress != nil {
+		errs = append(errs, egress.close())
+	}
+	if tb.egressDir != "" {
+		errs = append(errs, os.RemoveAll(tb.egressDir))
 	}
 	if tb.etcdData != "" {
 		errs = append(errs, os.RemoveAll(tb.etcdData))

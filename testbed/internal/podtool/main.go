@@ -8,6 +8,11 @@
 //	podtool pause
 //	podtool resolve -timeout 60s NAME=IP...   exit 0 once every NAME resolved to IP
 //	podtool load -rate 100 -out FILE NAME=IP|NAME=* ...   lookups at a steady rate, counted per second
+//	podtool serve -http :80 -echo :7 -greeting TEXT   HTTP "<hostname> TEXT" on GET, TCP echo
+//	podtool say -exit N WORDS...   print WORDS, exit with N
+//
+// serve and say are what `kubectl logs/exec/port-forward` and pods/proxy
+// are tested against.
 package main
 
 import (
@@ -31,7 +36,7 @@ func main() {
 	cmd := filepath.Base(os.Args[0])
 	if cmd != "pause" {
 		if len(args) == 0 {
-			fmt.Fprintln(os.Stderr, "usage: podtool pause | resolve [-timeout D] NAME=IP...")
+			fmt.Fprintln(os.Stderr, "usage: podtool pause | resolve [-timeout D] NAME=IP... | load ... | serve ... | say [-exit N] WORDS...")
 			os.Exit(2)
 		}
 		cmd, args = args[0], args[1:]
@@ -43,6 +48,10 @@ func main() {
 		os.Exit(resolve(args))
 	case "load":
 		os.Exit(load(args))
+	case "serve":
+		os.Exit(serve(args))
+	case "say":
+		os.Exit(say(args))
 	default:
 		fmt.Fprintf(os.Stderr, "podtool: unknown command %q\n", cmd)
 		os.Exit(2)
