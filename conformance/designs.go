@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/nodedns/nodedns/helm"
 	"github.com/nodedns/nodedns/images"
