@@ -29,8 +29,9 @@ import (
 // imported into the nodes' containerd are what runs; nothing is pulled.
 const (
 	// AgnhostImage holds /agnhost (built from the Kubernetes module), the
-	// tools the specs' probe scripts call (sh, seq, sleep, cat, dig,
-	// getent, grep) and /coredns, which the resolv.conf specs start.
+	// tools the specs' probe scripts and exec'd commands call (sh, seq,
+	// sleep, cat, dig, getent, grep, hostname) and /coredns, which the
+	// resolv.conf spec starts.
 	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
 	// GlibcDNSTestingImage is the specs' glibc prober: Debian bookworm
 	// with dnsutils.
@@ -40,7 +41,7 @@ const (
 // DNSToolsPackages are the Debian packages of both images' base layer, with
 // their dependencies less images.BaseExcluded: what the probe scripts of
 // dns_common.go (createProbeCommand) and the exec'd commands of dns.go run.
-var DNSToolsPackages = []string{"base-files", "bash", "dash", "coreutils", "grep", "sed", "libc-bin", "bind9-dnsutils"}
+var DNSToolsPackages = []string{"base-files", "bash", "dash", "coreutils", "grep", "sed", "hostname", "libc-bin", "bind9-dnsutils"}
 
 // dnsToolsLock pins DNSToolsPackages for linux/amd64 (regenerate:
 // NODEDNS_CONFORMANCE_UPDATE_LOCK=1 go test ./conformance -run TestDNSToolsLock).

@@ -68,6 +68,7 @@ type junitSuites struct {
 			Time    string `xml:"time,attr"`
 			Failure *struct {
 				Message string `xml:"message,attr"`
+				Text    string `xml:",chardata"`
 			} `xml:"failure"`
 			Skipped *struct{} `xml:"skipped"`
 		} `xml:"testcase"`
@@ -112,7 +113,12 @@ func parseJUnit(r io.Reader, specs []string) (map[string]Result, error) {
 			res.Seconds, _ = strconv.ParseFloat(c.Time, 64)
 			if c.Failure != nil {
 				res.Status = "failed"
+				// Ginkgo leaves the attribute empty and puts the
+				// "[FAILED] ..." text in the element.
 				res.Failure = firstLine(c.Failure.Message)
+				if res.Failure == "" {
+					res.Failure = firstLine(c.Failure.Text)
+				}
 			} else if c.Skipped != nil && res.Status == "" {
 				res.Status = "skipped"
 			}

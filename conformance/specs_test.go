@@ -24,7 +24,7 @@ func TestParseJUnitAndTable(t *testing.T) {
 	report := `<testsuites><testsuite>
 <testcase name="[It] [sig-network] DNS should provide DNS for the cluster [Conformance]" status="passed" time="12.5"></testcase>
 <testcase name="[It] [sig-network] DNS should provide DNS for the cluster [Provider:GCE]" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
-<testcase name="[It] [sig-network] DNS should provide DNS for services [Conformance]" status="failed" time="600"><failure message="timed out&#xA;more"></failure></testcase>
+<testcase name="[It] [sig-network] DNS should provide DNS for services [Conformance]" status="failed" time="600"><failure message="" type="failed">[FAILED] timed out&#xA;more</failure></testcase>
 </testsuite></testsuites>`
 	specs := []string{"should provide DNS for the cluster", "should provide DNS for services", "should provide DNS for pods for Hostname"}
 	res, err := parseJUnit(strings.NewReader(report), specs)
@@ -34,7 +34,7 @@ func TestParseJUnitAndTable(t *testing.T) {
 	if r := res[specs[0]]; r.Status != "passed" || r.Seconds != 12.5 {
 		t.Errorf("%s: %+v", specs[0], r)
 	}
-	if r := res[specs[1]]; r.Status != "failed" || r.Failure != "timed out" {
+	if r := res[specs[1]]; r.Status != "failed" || r.Failure != "[FAILED] timed out" {
 		t.Errorf("%s: %+v", specs[1], r)
 	}
 	if r := res[specs[2]]; r.Status != "missing" {
