@@ -132,11 +132,21 @@ func dnsToolsLayer(ctx context.Context) (v1.Layer, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("dns tools layer: %w", err)
 		}
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
+		// A temporary file renamed into place: a concurrent build or
+		// reader never sees half a layer.
+		tmp, err := os.CreateTemp(dir, ".e2e-dnstools-*.tar.gz")
+		if err != nil {
 			return nil, fmt.Errorf("dns tools layer: %w", err)
 		}
-		if err := os.Rename(tmp, path); err != nil {
+		defer os.Remove(tmp.Name())
+		if _, err := tmp.Write(buf.Bytes()); err != nil {
+			tmp.Close()
+			return nil, fmt.Errorf("dns tools layer: %w", err)
+		}
+		if err := tmp.Close(); err != nil {
+			return nil, fmt.Errorf("dns tools layer: %w", err)
+		}
+		if err := os.Rename(tmp.Name(), path); err != nil {
 			return nil, fmt.Errorf("dns tools layer: %w", err)
 		}
 	}
