@@ -146,6 +146,9 @@ func dnsToolsLayer(ctx context.Context) (v1.Layer, error) {
 		if err := tmp.Close(); err != nil {
 			return nil, fmt.Errorf("dns tools layer: %w", err)
 		}
+		if err := os.Chmod(tmp.Name(), 0o644); err != nil { // CreateTemp makes it 0600
+			return nil, fmt.Errorf("dns tools layer: %w", err)
+		}
 		if err := os.Rename(tmp.Name(), path); err != nil {
 			return nil, fmt.Errorf("dns tools layer: %w", err)
 		}
