@@ -137,3 +137,15 @@ clean: ## Remove build output.
 e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node namespaces, images built here (root; testbed/README.md).
 	tools/k8s/build.sh realnode
 	$(GO) test -count=1 -timeout 30m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP|TestSlowDomain)' ./images/ ./testbed/ ./testbed/e2e/
+
+# `make conformance` runs Kubernetes' own [sig-network] DNS e2e specs on two
+# real kubelet nodes for each design (conformance/README.md); the JUnit
+# reports and summary.md go to bin/conformance/<design>/.
+CONFORMANCE_DESIGNS ?= coredns,iptables,link-local,node-ip
+CONFORMANCE_OTHERS  ?= 1
+
+.PHONY: conformance
+conformance: build ## Run Kubernetes' [sig-network] DNS conformance specs on real nodes: nodedns in each mode and CoreDNS as the control (root); last line: conformance: P passed, F failed of T.
+	@mkdir -p $(BIN)/conformance
+	NODEDNS_CONFORMANCE_DESIGNS=$(CONFORMANCE_DESIGNS) NODEDNS_CONFORMANCE_OTHERS=$(CONFORMANCE_OTHERS) NODEDNS_CONFORMANCE_OUT=$(CURDIR)/$(BIN)/conformance \
+		$(GO) test -count=1 -timeout 90m -v -run '^TestConformance$$' ./conformance/

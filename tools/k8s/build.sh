@@ -9,6 +9,9 @@
 # Usage: tools/k8s/build.sh [binary...]
 #   default: kube-apiserver kube-proxy
 #   realnode: kube-apiserver kube-proxy kubelet kube-controller-manager kube-scheduler kubectl
+#   e2e.test: the sig-network e2e suite of ./e2e (the framework of
+#     k8s.io/kubernetes/test/e2e with test/e2e/network only), for conformance/
+#   agnhost: the binary of the e2e test image agnhost, for conformance/
 # Cache: $NODEDNS_K8S_BIN_DIR, else ${XDG_CACHE_HOME:-~/.cache}/nodedns/k8s-<version>
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -34,10 +37,16 @@ ldflags="-s -w -X $v.gitVersion=$version -X $v.gitMajor=1 -X $v.gitMinor=36 -X $
 
 for cmd in "${cmds[@]}"; do
 	case $cmd in
-	kube-apiserver | kube-proxy | kubelet | kube-controller-manager | kube-scheduler | kubectl) ;;
+	kube-apiserver | kube-proxy | kubelet | kube-controller-manager | kube-scheduler | kubectl | e2e.test | agnhost) ;;
 	*) echo "build.sh: unknown binary $cmd" >&2; exit 2 ;;
 	esac
-	if [[ -x "$dir/$cmd" ]]; then
+	stamp=
+	if [[ $cmd == e2e.test ]]; then
+		# The suite's source lives here, not in a release: key the cached
+		# binary by it too.
+		stamp=$(cat e2e/*.go go.mod go.sum | sha256sum | cut -c1-16)
+	fi
+	if [[ -x "$dir/$cmd" && $stamp == "$(cat "$dir/.$cmd.stamp" 2>/dev/null || true)" ]]; then
 		echo "$dir/$cmd: cached"
 		continue
 	fi
@@ -45,9 +54,16 @@ for cmd in "${cmds[@]}"; do
 	start=$SECONDS
 	tmp=$(mktemp "$dir/.$cmd.XXXXXX")
 	trap 'rm -f "$tmp"' EXIT
-	CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp" "k8s.io/kubernetes/cmd/$cmd"
+	if [[ $cmd == e2e.test ]]; then
+		CGO_ENABLED=0 go test -c -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp" ./e2e
+	elif [[ $cmd == agnhost ]]; then
+		CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp" k8s.io/kubernetes/test/images/agnhost
+	else
+		CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp" "k8s.io/kubernetes/cmd/$cmd"
+	fi
 	chmod 0755 "$tmp"
 	mv -f "$tmp" "$dir/$cmd" # rename is atomic: no reader sees a half-written binary
+	if [[ -n $stamp ]]; then echo "$stamp" >"$dir/.$cmd.stamp"; fi
 	trap - EXIT
 	echo "built $dir/$cmd in $((SECONDS - start))s"
 done

@@ -1,6 +1,7 @@
 //go:build tools
 
-// Package tools pins the commands that the testbed builds from this module.
+// Package tools pins the commands that the testbed builds from this module
+// (and agnhost, the e2e test image's binary, for conformance/).
 // It is never built itself: `go build -tags tools` is not used; the commands
 // are built by import path (see build.sh).
 package tools
@@ -12,4 +13,5 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/test/images/agnhost"
 )
