@@ -96,6 +96,7 @@ memstudy: build ## Measure the nodedns pod's memory against cluster size beside 
 
 tools: ## Build the testbed's Kubernetes binaries: kube-apiserver, kube-proxy, and kubelet, controller-manager, scheduler, kubectl for real nodes (first time about 3.5 min on two cores; cached in ~/.cache/nodedns), and gotestsum.
 	tools/k8s/build.sh realnode
+	tools/k8s/build.sh e2e.test agnhost
 	tools/gotestsum/build.sh >/dev/null
 
 testbed: tools ## Run etcd + kube-apiserver in the foreground; prints a kubeconfig; Ctrl-C stops.
