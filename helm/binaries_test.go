@@ -198,9 +198,14 @@ func TestNodeContainersEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	fe := cs[1]
-	for _, want := range []string{"NODE_NAME=node-a", "NODE_IP=192.0.2.7", "NODEDNS_MODE=node-ip"} {
+	for _, want := range []string{"NODE_NAME=node-a", "NODE_IP=192.0.2.7"} {
 		if !slices.Contains(fe.Env, want) {
 			t.Errorf("frontend env lacks %s: %q", want, fe.Env)
+		}
+	}
+	for _, want := range []string{"--mode=node-ip", "--listen=192.0.2.7:53"} {
+		if !slices.Contains(fe.Command, want) {
+			t.Errorf("frontend command line lacks %s: %q", want, fe.Command)
 		}
 	}
 	if fe.Spec.SecurityContext == nil || !slices.Contains(fe.Spec.SecurityContext.Capabilities.Add, corev1.Capability("NET_ADMIN")) {

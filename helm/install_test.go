@@ -51,19 +51,31 @@ func helmConfig(t *testing.T, tb *testbed.Testbed) *action.Configuration {
 	return cfg
 }
 
-// frontendSetting returns a key of the frontend's ConfigMap as rendered
-// against the cluster.
-func frontendSetting(t *testing.T, r *Rendering, key string) string {
+// frontendSetting returns the value of the frontend's --flag as rendered
+// against the cluster: the DaemonSet's command line holds every setting.
+func frontendSetting(t *testing.T, r *Rendering, flag string) string {
 	t.Helper()
 	objs, err := r.Objects()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm := ConfigMaps(objs)["nodedns-frontend"]
-	if cm == nil {
-		t.Fatalf("no frontend ConfigMap: %s", Kinds(objs))
+	ds, err := DaemonSet(objs)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return cm.Data[key]
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name != "frontend" {
+			continue
+		}
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--"+flag+"="); ok {
+				return v
+			}
+		}
+		t.Fatalf("the frontend has no --%s: %q", flag, c.Args)
+	}
+	t.Fatalf("no frontend container in the DaemonSet")
+	return ""
 }
 
 // TestInstallWithoutAdoption runs the chart's lookups against a real
@@ -146,10 +158,10 @@ func TestInstallWithoutAdoption(t *testing.T) {
 	if err != nil {
 		t.Fatalf("render against the cluster: %v", err)
 	}
-	if got := frontendSetting(t, r, "NODEDNS_SERVICE_IP"); got != kubeadmIP {
+	if got := frontendSetting(t, r, "service-ip"); got != kubeadmIP {
 		t.Errorf("frontend --service-ip %q, want the existing kube-dns's %s", got, kubeadmIP)
 	}
-	if got := frontendSetting(t, r, "NODEDNS_FALLBACK"); got != "10.96.0.21:53" {
+	if got := frontendSetting(t, r, "fallback"); got != "10.96.0.21:53" {
 		t.Errorf("frontend --fallback %q, want 10.96.0.21:53 (kube-dns + 1)", got)
 	}
 	for _, m := range r.Manifests {

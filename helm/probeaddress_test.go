@@ -15,9 +15,7 @@ import (
 // the backend's NODEDNS_READY and NODEDNS_HEALTH (and so its Corefile's
 // ready and health lines), and the frontend's --health and
 // --backend-ready-url; that the address is loopback and outside
-// 127.0.0.0/24; and that it is not in the frontend's ConfigMap, which the
-// old and the new pods of a surge share. It returns the address ("" when
-// probeAddress is "").
+// 127.0.0.0/24. It returns the address ("" when probeAddress is "").
 func checkProbeAddress(t *testing.T, objs []Object) string {
 	t.Helper()
 	ds, err := DaemonSet(objs)

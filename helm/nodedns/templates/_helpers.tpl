@@ -104,28 +104,20 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- include "nodedns.fullname" . }}-backend
 {{- end -}}
 
-{{/* Name of the frontend's settings ConfigMap. */}}
-{{- define "nodedns.frontendConfigName" -}}
-{{- include "nodedns.fullname" . }}-frontend
-{{- end -}}
-
 {{/* Name of the fallback Service. */}}
 {{- define "nodedns.fallbackName" -}}
 {{- include "nodedns.fullname" . }}-fallback
 {{- end -}}
 
 {{/*
-The frontend's settings: a JSON list of [flag, variable, value], the
-variable being NODEDNS_ and the flag's name in capitals. Each becomes a key
-of the frontend's ConfigMap (variable: value) and a flag of its command
-line (--flag=$(variable)), which kubelet expands from the ConfigMap when it
-starts the container. One list, so the two cannot disagree. Settings that
-depend on the node (node-ip mode's address) are not here: kubelet does not
-expand $(NODE_IP) inside a ConfigMap value, so the DaemonSet passes them on
-the command line itself. So does it with the flags that carry the pod
-template's probe address (--health, --backend-ready-url): the ConfigMap is
-one for the old and the new pods of a surge, and a frontend restarted in an
-old pod would read the new pods' address while its probes keep the old one.
+The frontend's settings: a JSON list of [flag, value], written into the
+DaemonSet's pod template as --flag=value. Not a ConfigMap the pods read at
+start: one ConfigMap is shared by the old and the new pods of a rollout and
+rewritten in place by `helm upgrade`, so a frontend restarted in an old pod
+would start with the new revision's settings (another mode, flags its
+binary does not know). In the pod template every revision's pods keep their
+own. Settings that depend on the node (node-ip mode's address) or on the
+pod template's probe address are added by the DaemonSet itself.
 */}}
 {{- define "nodedns.frontendSettings" -}}
 {{- $mode := .Values.mode -}}
@@ -173,11 +165,7 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- $plain := not (include "nodedns.clusterDomainShared" .) -}}
 {{- $f = append $f (list "search-prefetch" (toString (and $c.searchPrefetch $plain))) -}}
 {{- $f = append $f (list "deny-below-nxdomain" (toString (and $c.denyBelowNXDOMAIN $plain))) -}}
-{{- $s := list -}}
-{{- range $f -}}
-{{- $s = append $s (list (index . 0) (printf "NODEDNS_%s" (index . 0 | upper | replace "-" "_")) (index . 1)) -}}
-{{- end -}}
-{{- toJson $s -}}
+{{- toJson $f -}}
 {{- end -}}
 
 {{/* An IP as the host part of host:port: IPv6 in brackets. */}}
