@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nodedns/nodedns/frontend/srcpolicy"
 	"io"
 	"net"
 	"runtime/debug"
@@ -62,6 +63,7 @@ type config struct {
 	listen          []string
 	backend         string
 	fallbacks       []string
+	allowNetworks   []string
 	setupNetwork    bool
 	metricsAddr     string
 	healthAddr      string
@@ -112,6 +114,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.Var((*listFlag)(&cfg.listen), "listen", "`ADDR[,ADDR]` to serve DNS on, over UDP and TCP (IP:port; IPv4 and IPv6)")
 	fs.StringVar(&cfg.backend, "backend", defaultBackend, "`ADDR` of the local backend (TCP)")
 	fs.Var((*listFlag)(&cfg.fallbacks), "fallback", "`ADDR[,ADDR]` tried over TCP when the backend fails (other nodes' backends through a Service)")
+	fs.Var((*listFlag)(&cfg.allowNetworks), "allow-networks", "`CIDR[,CIDR]` of the clients answered, and the word local: loopback, the node's own addresses and every source the node reaches without a gateway (its pods, its attached subnets); others get REFUSED (UDP) or a closed connection (TCP). Empty answers everybody")
 	fs.BoolVar(&cfg.setupNetwork, "setup-network", true, "own the local IPs and install the node's interface and rules; false touches no interface or rule")
 	fs.StringVar(&cfg.metricsAddr, "metrics", defaultMetrics, "`ADDR` serving Prometheus /metrics; empty disables")
 	fs.StringVar(&cfg.healthAddr, "health", defaultHealth, "`ADDR` serving /health and /ready; empty disables")
@@ -177,6 +180,9 @@ func (c config) validate() error {
 	}
 	if c.backend == "" {
 		errs = append(errs, errors.New("--backend: empty"))
+	}
+	if _, err := srcpolicy.Parse(c.allowNetworks, srcpolicy.KernelRouter); err != nil {
+		errs = append(errs, fmt.Errorf("--allow-networks: %w", err))
 	}
 	for _, a := range append([]string{c.backend}, c.fallbacks...) {
 		if _, _, err := net.SplitHostPort(a); a != "" && err != nil {

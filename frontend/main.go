@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nodedns/nodedns/frontend/srcpolicy"
 	"io"
 	"net"
 	"os"
@@ -216,7 +217,14 @@ func adoptSockets(ctx context.Context, cfg config, log *zap.Logger) adoption {
 // listen starts the DNS server on the sockets adopted, binding those
 // missing. On error a handover in progress is given up.
 func listen(ctx context.Context, cfg config, res *resolver.Resolver, log *zap.Logger, reg *vm.Set, a adoption) (*server.Server, error) {
+	sources, err := srcpolicy.Parse(cfg.allowNetworks, srcpolicy.KernelRouter)
+	if err != nil {
+		a.abort()
+		return nil, fmt.Errorf("--allow-networks: %w", err)
+	}
+	go sources.Run(ctx)
 	srv, err := server.New(server.Config{
+		Sources:              sources,
 		Listen:               cfg.listen,
 		MaxInflight:          cfg.maxInflight,
 		MaxInflightPerSource: cfg.maxInflightPerSource,

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/nodedns/nodedns/frontend/srcpolicy"
 	"net"
 	"os"
 	"runtime"
@@ -123,6 +124,12 @@ type Config struct {
 	// --cluster-domain), whose names are grouped by namespace for
 	// MaxInflightPerDomain. Empty: none.
 	ClusterDomain string
+
+	// Sources is who may ask (--allow-networks): a UDP query from another
+	// source is answered REFUSED (an answer no larger than the query, so
+	// that nobody is reflected a bigger one), a TCP connection is closed,
+	// both counted in nodedns_server_denied_total. Nil: everybody.
+	Sources *srcpolicy.Policy
 
 	// ShedDelay is the queue delay that makes misses be shed: when, for
 	// 100ms, every batch the UDP readers read had waited longer than this

@@ -22,6 +22,7 @@ type serverMetrics struct {
 	udpReadErr, tcpReadErr       *vm.Counter
 	udpWriteErr, tcpWriteErr     *vm.Counter
 	dropped                      *vm.Counter
+	udpDenied, tcpDenied         *vm.Counter
 	panics                       *vm.Counter
 	refused                      [numRefusals]*vm.Counter // by refusal
 }
@@ -58,6 +59,7 @@ const (
 	droppedFamily     = metrics.Namespace + "_server_dropped_total"
 	panicsFamily      = metrics.Namespace + "_server_panics_total"
 	refusedFamily     = metrics.Namespace + "_server_refused_total"
+	deniedFamily      = metrics.Namespace + "_server_denied_total"
 )
 
 func newMetrics(set *vm.Set) *serverMetrics {
@@ -74,6 +76,7 @@ func newMetrics(set *vm.Set) *serverMetrics {
 	metrics.Help(writeErrFamily, "Socket write errors, by transport.")
 	metrics.Help(droppedFamily, "Received messages dropped unanswered because they were larger than 1232 bytes (a TCP connection is then closed) or shorter than a DNS header.")
 	metrics.Help(refusedFamily, "Misses (answered stale or SERVFAIL) and TCP connections (closed) refused for capacity, by reason: inflight_total, inflight_source, tcp_conns_total, tcp_conns_source, queue_delay, inflight_domain.")
+	metrics.Help(deniedFamily, "Queries (UDP, answered REFUSED) and TCP connections (closed at accept) from sources outside --allow-networks, by transport.")
 	metrics.Help(panicsFamily, "Handler panics recovered (each query answered SERVFAIL).")
 	packet := func(proto, direction string) string {
 		return metrics.Name(packetsFamily, "proto", proto, "direction", direction)
@@ -104,6 +107,8 @@ func newMetrics(set *vm.Set) *serverMetrics {
 		udpWriteErr: set.NewCounter(metrics.Name(writeErrFamily, "proto", "udp")),
 		tcpWriteErr: set.NewCounter(metrics.Name(writeErrFamily, "proto", "tcp")),
 		dropped:     set.NewCounter(droppedFamily),
+		udpDenied:   set.NewCounter(metrics.Name(deniedFamily, "proto", "udp")),
+		tcpDenied:   set.NewCounter(metrics.Name(deniedFamily, "proto", "tcp")),
 		panics:      set.NewCounter(panicsFamily),
 	}
 }

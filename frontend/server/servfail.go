@@ -11,15 +11,23 @@ const headerLen = dnswire.HeaderLen
 // answer of last resort after a handler panic or an oversized response.
 // It returns nil when req is too short to carry a header or is itself a
 // response (never answer a response: that is how reflection loops start).
-func servfail(dst, req []byte) []byte {
+func servfail(dst, req []byte) []byte { return errorAnswer(dst, req, 2) }
+
+// refused appends to dst[:0] a REFUSED answer to req (RFC 1035 4.1.1), the
+// answer to a client outside Config.Sources; nil as servfail.
+func refused(dst, req []byte) []byte { return errorAnswer(dst, req, 5) }
+
+// errorAnswer appends to dst[:0] an answer with rcode to req, built from
+// its header and first question only.
+func errorAnswer(dst, req []byte, rcode byte) []byte {
 	if len(req) < headerLen || req[2]&0x80 != 0 {
 		return nil
 	}
 	qlen := questionLen(req)
 	dst = append(dst[:0], req[:headerLen]...)
-	// QR=1, keep OPCODE and RD; RA=1, RCODE=SERVFAIL (RFC 1035 4.1.1).
+	// QR=1, keep OPCODE and RD; RA=1, RCODE (RFC 1035 4.1.1).
 	dst[2] = 0x80 | req[2]&0x79
-	dst[3] = 0x80 | 2
+	dst[3] = 0x80 | rcode
 	var qd byte
 	if qlen > 0 {
 		qd = 1

@@ -57,6 +57,10 @@ func (s *Server) acceptLoop(l net.Listener) {
 // than refuse new ones), of the same client first (evictIdle).
 func (s *Server) acceptConn(c net.Conn) (srcKey, bool) {
 	src := tcpSource(c)
+	if s.cfg.Sources != nil && !s.cfg.Sources.Allowed(src) {
+		s.m.tcpDenied.Inc()
+		return src, false
+	}
 	share := s.cfg.MaxTCPConnsPerSource
 	if s.local.has(src) {
 		share = max(share, s.cfg.MaxTCPConns/sharedShareDiv)

@@ -216,6 +216,11 @@ func (u *udpSocket) handleBatch(n int) {
 		}
 		off := i * maxUDPRequest
 		req := u.rbuf[off : off+int(h.Len) : off+maxUDPRequest]
+		if s.cfg.Sources != nil && !s.cfg.Sources.Allowed(udpSource(&u.names[i])) {
+			s.m.udpDenied.Inc()
+			u.queue(refused(u.scratch, req), i)
+			continue
+		}
 		p := udpProto(&u.names[i])
 		resp, ok := s.serveFast(u.scratch, req, p)
 		if !ok {

@@ -141,6 +141,7 @@ pod template's probe address are added by the DaemonSet itself.
 {{- $f = append $f (list "service-ip" (include "nodedns.serviceIP" .)) -}}
 {{- end -}}
 {{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
+{{- $f = append $f (list "allow-networks" (join "," .Values.frontend.allowedNetworks)) -}}
 {{- if .Values.fallback.enabled -}}
 {{- $f = append $f (list "fallback" (printf "%s:%v" (include "nodedns.hostPort" (include "nodedns.fallbackIP" .)) (include "nodedns.fallbackPort" .))) -}}
 {{- end -}}
