@@ -21,12 +21,14 @@ const linkLocalIP = "169.254.20.10"
 // says: helm install beside kube-dns (service.create=false), kubelet's
 // clusterDNS changed to 169.254.20.10 on each node (kubelet restarted),
 // new client pods (which get 169.254.20.10 while the first ones keep
-// 10.96.0.10, still CoreDNS through kube-proxy), a surge upgrade, and the
-// way back: clusterDNS to 10.96.0.10 again, helm uninstall, the new clients
-// recreated. Goal: no failed and no lost lookup, except for clients that
-// still name 169.254.20.10 once nodedns is gone.
+// 10.96.0.10, still CoreDNS through kube-proxy), a surge upgrade, a
+// frontend crash loop and a pod deletion on one node, and the way back:
+// clusterDNS to 10.96.0.10 again, helm uninstall, the new clients
+// recreated. Goal: no failed and no lost lookup, also for the clients
+// that still name 169.254.20.10 once nodedns is gone (the release rules
+// send it to kube-dns's ClusterIP).
 func TestLinkLocalFromKubeadmCoreDNS(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	imgs := buildNodeImages(ctx, t, false)
 	frontend := imgs.frontend
@@ -39,9 +41,6 @@ func TestLinkLocalFromKubeadmCoreDNS(t *testing.T) {
 	steps := &stepLog{}
 	uninstalled := false
 	defer reportGroups(t, nodes, results, steps, []string{"old", "new", "renewed"}, func(step, group string) (string, int) {
-		if group == "new" && (strings.HasPrefix(step, "d2") || strings.HasPrefix(step, "d3")) {
-			return "these pods were created while clusterDNS was " + linkLocalIP + " and keep it in their resolv.conf; once the last frontend is gone nothing answers it", 0
-		}
 		// Known loss, cause not established (docs/migration.md, "In
 		// link-local and node-ip modes"): the old clients still name the
 		// kube-dns ClusterIP and go through kube-proxy, whose endpoints
@@ -130,6 +129,51 @@ func TestLinkLocalFromKubeadmCoreDNS(t *testing.T) {
 	}
 	waitRolledOut(ctx, t, tb, "nodedns", len(nodes))
 	t.Logf("c: rolled out on both nodes in %s", time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(10 * time.Second)
+
+	// c2. A crash loop past the holder's 30 s: the frontend SIGKILLed
+	// whenever kubelet has started it again, so that kubelet's back-off
+	// grows (10 s, 20 s, 40 s). The holder relays the node's queries to
+	// the fallback Service meanwhile (docs/architecture.md, "Fail open").
+	nodeA := nodes[0]
+	steps.begin("c2. frontend crash loop on node-a for 90 s (SIGKILLed whenever it runs; kubelet's back-off 10 s, 20 s, 40 s)", "kill -KILL <frontend pid> each time kubelet has restarted it (node-a)")
+	kills := 0
+	for end := time.Now().Add(90 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		p, err := c.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: nodednsSelector, FieldSelector: "spec.nodeName=" + nodeA.Name})
+		if err != nil || len(p.Items) != 1 {
+			continue
+		}
+		if cs, ok := containerStatus(&p.Items[0], "frontend"); ok && cs.State.Running != nil {
+			if err := nodeA.KillContainer(ctx, cs.ContainerID); err == nil {
+				kills++
+			}
+		}
+	}
+	t.Logf("c2: node-a frontend SIGKILLed %d times in 90 s", kills)
+	if kills < 3 {
+		t.Errorf("c2: only %d kills: no crash loop", kills)
+	}
+	start = time.Now()
+	if err := waitUntil(ctx, func() bool { return podReady(nodednsPod(ctx, t, tb, nodeA.Name)) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("c2: node-a pod ready again %s after the last kill", time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(10 * time.Second)
+
+	// c3. The pod deleted: its frontend stops with no successor on the
+	// node and leaves 169.254.20.10 to the release rules (kube-dns's
+	// ClusterIP through kube-proxy) until the new pod takes it back.
+	steps.begin("c3. nodedns pod on node-a deleted (recreated by the DaemonSet controller)", "kubectl -n kube-system delete pod <nodedns pod on node-a>")
+	old := nodednsPod(ctx, t, tb, nodeA.Name)
+	start = time.Now()
+	kubectl(ctx, t, tb, "-n", "kube-system", "delete", "pod", old.Name, "--wait=false")
+	if err := waitUntil(ctx, func() bool {
+		p := nodednsPod(ctx, t, tb, nodeA.Name)
+		return p.Name != old.Name && podReady(p)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("c3: new pod on node-a ready after %s", time.Since(start).Round(100*time.Millisecond))
 	time.Sleep(10 * time.Second)
 
 	// d. The way back: clusterDNS to the ClusterIP, then helm uninstall,
