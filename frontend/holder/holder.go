@@ -64,6 +64,9 @@ type Holder struct {
 	owner  *net.UnixConn
 	expiry *time.Timer // running while fds are held and no frontend owns them
 	closed bool
+
+	relayTimer *time.Timer // with Config.Relay: starts the relay after RelayAfter
+	relay      *relay      // reading fds while no frontend runs
 }
 
 // New returns a Holder for cfg.
@@ -159,6 +162,7 @@ func (h *Holder) shutdown() {
 
 // dropLocked closes the held sockets. h.mu must be held.
 func (h *Holder) dropLocked(why string) {
+	h.stopRelayLocked(why)
 	if h.expiry != nil {
 		h.expiry.Stop()
 		h.expiry = nil
@@ -240,6 +244,7 @@ func (h *Holder) acquire(c *net.UnixConn, listen string) ([]int, bool) {
 		return nil, false
 	}
 	h.owner = c
+	h.stopRelayLocked("a frontend said hello")
 	if h.expiry != nil {
 		h.expiry.Stop()
 		h.expiry = nil
@@ -286,7 +291,27 @@ func (h *Holder) leave(c *net.UnixConn, released bool) {
 	if released || len(h.fds) == 0 || h.closed {
 		return
 	}
+	if len(h.cfg.Relay) > 0 {
+		h.log.Warn("the frontend died; holding its sockets for the next one", zap.Int("sockets", len(h.fds)), zap.Duration("relay_after", h.cfg.RelayAfter))
+		var t *time.Timer
+		t = time.AfterFunc(h.cfg.RelayAfter, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.relayTimer == t && h.owner == nil && !h.closed {
+				h.relayTimer = nil
+				h.startRelayLocked()
+			}
+		})
+		h.relayTimer = t
+		return
+	}
 	h.log.Warn("the frontend died; holding its sockets for the next one", zap.Int("sockets", len(h.fds)), zap.Duration("timeout", h.cfg.Timeout))
+	h.expireLocked()
+}
+
+// expireLocked closes the held sockets after cfg.Timeout unless a
+// frontend comes back first. h.mu must be held.
+func (h *Holder) expireLocked() {
 	var t *time.Timer
 	t = time.AfterFunc(h.cfg.Timeout, func() {
 		h.mu.Lock()
@@ -297,4 +322,40 @@ func (h *Holder) leave(c *net.UnixConn, released bool) {
 		}
 	})
 	h.expiry = t
+}
+
+// startRelayLocked starts answering the held sockets' queries through
+// cfg.Relay: no frontend came back within cfg.RelayAfter. The sockets are
+// then kept, and served, until a frontend says hello; when none of them
+// can be read, they are only held, for cfg.Timeout. h.mu must be held.
+func (h *Holder) startRelayLocked() {
+	if len(h.fds) == 0 {
+		return
+	}
+	r, err := startRelay(h.cfg, h.log.Named("relay"), h.fds)
+	if err != nil {
+		h.log.Error("cannot relay the held sockets; holding them only", zap.Error(err), zap.Duration("timeout", h.cfg.Timeout))
+		h.expireLocked()
+		return
+	}
+	h.relay = r
+	h.log.Warn("no frontend runs: answering the held sockets through the relay until one says hello",
+		zap.Strings("relay", h.cfg.Relay), zap.Int("sockets", len(h.fds)),
+		zap.String("why", "no frontend said hello within "+h.cfg.RelayAfter.String()+" of the last one's death"))
+}
+
+// stopRelayLocked stops the relay timer and the relay: the relay stops
+// reading at once, and answers what it read in the background. h.mu must
+// be held.
+func (h *Holder) stopRelayLocked(why string) {
+	if h.relayTimer != nil {
+		h.relayTimer.Stop()
+		h.relayTimer = nil
+	}
+	if h.relay == nil {
+		return
+	}
+	h.relay.stop()
+	h.log.Info("stopped relaying", append([]zap.Field{zap.String("why", why)}, h.relay.counts()...)...)
+	h.relay = nil
 }
