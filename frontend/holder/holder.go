@@ -5,13 +5,17 @@
 // frontend takes the very same sockets back and drains what queued.
 //
 // The holder runs as a process of its own (nodedns-frontend hold) in a
-// container beside the frontend's, in the same pod, and never reads from
-// the sockets. It holds duplicates of the frontend's descriptors, that is
-// the same open sockets, not new ones: while the frontend runs they are no
-// extra members of the SO_REUSEPORT groups and take no share of the
-// traffic. Only while no frontend reads do they queue it, and at most
+// container beside the frontend's, in the same pod. It holds duplicates
+// of the frontend's descriptors, that is the same open sockets, not new
+// ones: while the frontend runs they are no extra members of the
+// SO_REUSEPORT groups and take no share of the traffic. Only while no
+// frontend reads do they queue it. Without Config.Relay, for at most
 // Config.Timeout; then the holder closes them, so that clients get an
-// error at once rather than wait on a queue.
+// error at once rather than wait on a queue. With Config.Relay, from
+// Config.RelayAfter after the frontend's death until the next frontend
+// says hello, the holder reads them itself and answers each query through
+// the relay addresses, or with SERVFAIL (relay.go): a frontend in a crash
+// loop no longer takes the node's DNS down for its back-off.
 //
 // Protocol, over a SOCK_SEQPACKET connection to <dir>/holder.sock:
 //
@@ -25,8 +29,8 @@
 //
 // The connection from "hello" on is the lease: one frontend at a time. Its
 // end without "release" means the frontend died: the holder keeps the
-// sockets for Config.Timeout, and hands them to the next frontend that says
-// hello. Held sockets are replaced as soon as a frontend says what it
+// sockets for Config.Timeout (or relays them), and hands them to the next
+// frontend that says hello. Held sockets are replaced as soon as a frontend says what it
 // serves, and closed when a frontend asks with other listen addresses, so
 // that no copy the holder keeps sits unread in a SO_REUSEPORT group beside
 // sockets a live frontend bound afresh.
@@ -280,7 +284,8 @@ func (h *Holder) replace(fds []int, listen string) int {
 }
 
 // leave ends c's lease. Unless the frontend released the sockets, it died:
-// they are held for cfg.Timeout.
+// they are held for cfg.Timeout or, with cfg.Relay, relayed from
+// cfg.RelayAfter on.
 func (h *Holder) leave(c *net.UnixConn, released bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

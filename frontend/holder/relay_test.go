@@ -413,7 +413,7 @@ func TestRelayHandsBack(t *testing.T) {
 		})
 	}
 	time.Sleep(perClient * every / 2)
-	startFrontend(t, dir, []string{"127.0.0.1:0"})
+	second := startFrontend(t, dir, []string{"127.0.0.1:0"})
 	if h.relaying() {
 		t.Error("still relaying after a frontend said hello")
 	}
@@ -434,4 +434,19 @@ func TestRelayHandsBack(t *testing.T) {
 		t.Errorf("relay answered %d, frontend %d: want both", relayed, echoed)
 	}
 	waitHeld(t, h, 3)
+
+	// The new frontend dies too: the sockets it supplied are relayed.
+	second.die()
+	deadline := time.Now().Add(2 * time.Second)
+	for !h.relaying() {
+		if time.Now().After(deadline) {
+			t.Fatal("no relay 2s after the second frontend died")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		if r, _ := ask(t, network, addr, new(dns.Msg).SetQuestion("again.example.", dns.TypeA)); len(r.Answer) != 1 {
+			t.Errorf("%s after the second death: %v, want the relay's answer", network, r)
+		}
+	}
 }

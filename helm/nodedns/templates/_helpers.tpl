@@ -150,7 +150,7 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- end -}}
 {{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
 {{- if .Values.fallback.enabled -}}
-{{- $f = append $f (list "fallback" (printf "%s:%v" (include "nodedns.hostPort" (include "nodedns.fallbackIP" .)) (include "nodedns.fallbackPort" .))) -}}
+{{- $f = append $f (list "fallback" (include "nodedns.fallbackAddress" .)) -}}
 {{- end -}}
 {{- $f = append $f (list "handover-dir" .Values.frontend.handoverDir) -}}
 {{- $f = append $f (list "shutdown-timeout" (toString .Values.frontend.shutdownTimeout)) -}}
@@ -375,6 +375,14 @@ an address held by another Service fails the install, naming it.
 {{- end -}}
 {{- end -}}
 {{- $ip -}}
+{{- end -}}
+
+{{/*
+The fallback Service's address, IP:port: the frontend's --fallback and the
+holder's --relay.
+*/}}
+{{- define "nodedns.fallbackAddress" -}}
+{{- printf "%s:%v" (include "nodedns.hostPort" (include "nodedns.fallbackIP" .)) (include "nodedns.fallbackPort" .) -}}
 {{- end -}}
 
 {{/*
