@@ -1,7 +1,9 @@
 package holder
 
 import (
+	"errors"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -448,5 +450,34 @@ func TestRelayHandsBack(t *testing.T) {
 		if r, _ := ask(t, network, addr, new(dns.Msg).SetQuestion("again.example.", dns.TypeA)); len(r.Answer) != 1 {
 			t.Errorf("%s after the second death: %v, want the relay's answer", network, r)
 		}
+	}
+}
+
+// TestRelayHandsBackTCP: a client's TCP connection served by the relay is
+// closed once a frontend says hello (after the answers it had read), not
+// left open unread; a new connection reaches the new frontend.
+func TestRelayHandsBackTCP(t *testing.T) {
+	tg := startTarget(t)
+	_, dir, addr := relayingHolder(t, []string{tg.addr}, nil)
+	c, err := dns.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WriteMsg(new(dns.Msg).SetQuestion("svc.example.", dns.TypeA)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if r, err := c.ReadMsg(); err != nil || len(r.Answer) != 1 {
+		t.Fatalf("relayed over TCP: %v %v", r, err)
+	}
+	startFrontend(t, dir, []string{"127.0.0.1:0"})
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.ReadMsg(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the relay's connection after the hello: %v, want it closed", err)
+	}
+	r, _ := ask(t, "tcp", addr, new(dns.Msg).SetQuestion("svc.example.", dns.TypeA))
+	if len(r.Answer) != 0 {
+		t.Errorf("a new connection after the hello answered by the relay, want the frontend: %v", r)
 	}
 }
