@@ -18,10 +18,11 @@ import (
 	"github.com/nodedns/nodedns/shared/dnstest"
 )
 
-// startHolderProc runs `hold` in a process of its own until the test ends.
-func startHolderProc(t *testing.T, dir string) {
+// startHolderProc runs `hold` in a process of its own until the test ends,
+// with extra flags. It returns the holder's log so far.
+func startHolderProc(t *testing.T, dir string, extra ...string) (logs func() string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "hold", "--holder-dir="+dir, "--hold-timeout=30s")
+	cmd := exec.Command(os.Args[0], append([]string{"hold", "--holder-dir=" + dir, "--hold-timeout=30s"}, extra...)...)
 	cmd.Env = append(os.Environ(), execEnv+"=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -32,9 +33,14 @@ func startHolderProc(t *testing.T, dir string) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	up := make(chan struct{})
+	var mu sync.Mutex
+	var log strings.Builder
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			mu.Lock()
+			log.WriteString(sc.Text() + "\n")
+			mu.Unlock()
 			if strings.Contains(sc.Text(), "holding sockets for the frontend") {
 				close(up)
 			}
@@ -45,6 +51,11 @@ func startHolderProc(t *testing.T, dir string) {
 	case <-up:
 	case <-time.After(10 * time.Second):
 		t.Fatal("holder not up within 10s")
+	}
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return log.String()
 	}
 }
 
@@ -232,5 +243,76 @@ func TestSIGKILLLosesNoQuery(t *testing.T) {
 		ready.Sub(killed).Round(time.Millisecond), ready.Sub(keptFrom).Round(time.Millisecond), slow, retried)
 	if retried > 0 {
 		t.Errorf("%d lookups begun after the kill and within %v of the restart's readiness needed their second attempt: the gap's queries were not kept", retried, attemptTimeout-500*time.Millisecond)
+	}
+}
+
+// TestSIGKILLRelays runs the frontend binary with a holder relaying to the
+// test's backend (standing in for the fallback Service), SIGKILLs the
+// frontend under load and starts it again only 4s later, as a
+// CrashLoopBackOff would: no lookup is lost, those of the gap are answered
+// through the relay, and the restarted frontend takes the sockets back.
+func TestSIGKILLRelays(t *testing.T) {
+	b := dnstest.Start(t, &backend{})
+	holderDir := t.TempDir()
+	holderLogs := startHolderProc(t, holderDir, "--relay="+b.Addr, "--relay-after=500ms")
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := pc.LocalAddr().String()
+	pc.Close()
+	args := append(baseArgs(t, b.Addr), "--listen="+addr, "--log-level=info", "--holder-dir="+holderDir)
+	first := startProc(t, args...)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(first.logs(), "the holder keeps this instance's sockets") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder was not supplied:\n%s", first.logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// 20 clients every 100ms: 200 lookups/s.
+	ld := startStubLoad(t, addr, 20, 100*time.Millisecond)
+	time.Sleep(time.Second)
+	killed := time.Now()
+	before := ld.lookups.Load()
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-first.exited
+	time.Sleep(4 * time.Second)
+	gap := ld.lookups.Load()
+	second := startProc(t, args...)
+	if !strings.Contains(second.logs(), "taking back the sockets") {
+		t.Errorf("restarted frontend did not take the held sockets:\n%s", second.logs())
+	}
+	time.Sleep(2 * time.Second)
+	ld.finish()
+	logs := holderLogs()
+	t.Logf("%d lookups at 200/s across a SIGKILL and a restart 4s later: %d lost, %d slow (>1s), %d answered only on their second attempt, longest wait %v",
+		ld.lookups.Load(), ld.lost.Load(), ld.slow.Load(), ld.retried.Load(), time.Duration(ld.longest.Load()).Round(time.Millisecond))
+	// A query the killed process had read and not answered needs its
+	// second attempt (at most one per client); one begun after the kill
+	// must not.
+	ld.mu.Lock()
+	retriedAfter := between(ld.retriedAt, killed, time.Now())
+	slowAfter := between(ld.slowAt, killed, time.Now())
+	ld.mu.Unlock()
+	// Held only, every lookup of the gap but its last second would wait
+	// over 1s for the restart; relayed, they wait --relay-after at most.
+	inGap := int(gap - before)
+	t.Logf("%d lookups in the 4s gap, %d of those begun after the kill waited over 1s", inGap, slowAfter)
+	if slowAfter > inGap/10 {
+		t.Errorf("%d of the %d lookups of the gap waited over 1s: not relayed", slowAfter, inGap)
+	}
+	if ld.lost.Load() != 0 || retriedAfter != 0 {
+		t.Errorf("%d of %d lookups lost, %d begun after the kill retried: the relay should answer the gap", ld.lost.Load(), ld.lookups.Load(), retriedAfter)
+	}
+	if gap < 100 {
+		t.Errorf("only %d lookups by the restart: the load did not span the gap", gap)
+	}
+	for _, want := range []string{"answering the held sockets through the relay", "stopped relaying"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("holder log lacks %q:\n%s", want, logs)
+		}
 	}
 }

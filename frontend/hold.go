@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os/signal"
 	"syscall"
 	"time"
@@ -32,7 +33,9 @@ func newHoldFlagSet(cfg *holdConfig, out io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.holder.Dir, "holder-dir", "", "`DIR` of the unix socket through which the frontend gives and takes back its sockets (the frontend's --holder-dir)")
-	durationVar(fs, &cfg.holder.Timeout, "hold-timeout", holder.DefaultTimeout, "how long the sockets of a frontend that died are kept for the next one")
+	durationVar(fs, &cfg.holder.Timeout, "hold-timeout", holder.DefaultTimeout, "how long the sockets of a frontend that died are kept for the next one (without --relay)")
+	fs.Var((*listFlag)(&cfg.holder.Relay), "relay", "`ADDR[,ADDR]` (IP:port) of DNS servers, over TCP, through which the held sockets are answered while no frontend runs (the frontend's --fallback); empty: only held")
+	durationVar(fs, &cfg.holder.RelayAfter, "relay-after", holder.DefaultRelayAfter, "how long after a frontend died the holder starts answering its sockets through --relay")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	return fs
 }
@@ -57,6 +60,14 @@ func parseHoldConfig(args []string, out io.Writer) (holdConfig, error) {
 	}
 	if cfg.holder.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--hold-timeout %v: must be positive", cfg.holder.Timeout))
+	}
+	for _, a := range cfg.holder.Relay {
+		if _, err := netip.ParseAddrPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("--relay %q: want IP:port (the holder resolves no name)", a))
+		}
+	}
+	if cfg.holder.RelayAfter <= 0 {
+		errs = append(errs, fmt.Errorf("--relay-after %v: must be positive", cfg.holder.RelayAfter))
 	}
 	switch cfg.logLevel {
 	case "debug", "info", "warn", "error":

@@ -3,6 +3,9 @@ package main
 import (
 	"io"
 	"testing"
+	"time"
+
+	"github.com/nodedns/nodedns/frontend/holder"
 )
 
 // TestREADMEListsHoldFlags checks the HOLDER section against the flags of
@@ -10,6 +13,25 @@ import (
 func TestREADMEListsHoldFlags(t *testing.T) {
 	var cfg holdConfig
 	checkFlagsListed(t, "HOLDER", newHoldFlagSet(&cfg, io.Discard))
+}
+
+// TestHoldRelayFlags: --relay and --relay-after reach the holder's Config,
+// with their defaults when absent.
+func TestHoldRelayFlags(t *testing.T) {
+	cfg, err := parseHoldConfig([]string{"--holder-dir=/run/h", "--relay=10.96.0.11:5301, [fd00::11]:53"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.holder.Relay; len(got) != 2 || got[0] != "10.96.0.11:5301" || got[1] != "[fd00::11]:53" {
+		t.Errorf("--relay: %q", got)
+	}
+	if cfg.holder.RelayAfter != holder.DefaultRelayAfter {
+		t.Errorf("--relay-after default %v, want %v", cfg.holder.RelayAfter, holder.DefaultRelayAfter)
+	}
+	cfg, err = parseHoldConfig([]string{"--holder-dir=/run/h", "--relay-after=250ms"}, io.Discard)
+	if err != nil || len(cfg.holder.Relay) != 0 || cfg.holder.RelayAfter != 250*time.Millisecond {
+		t.Errorf("--relay-after=250ms: relay %q, after %v, %v", cfg.holder.Relay, cfg.holder.RelayAfter, err)
+	}
 }
 
 func TestHoldFlags(t *testing.T) {
@@ -24,6 +46,15 @@ func TestHoldFlags(t *testing.T) {
 		{[]string{"--holder-dir=/run/h", "--hold-timeout=0s"}, false},
 		{[]string{"--holder-dir=/run/h", "--log-level=loud"}, false},
 		{[]string{"--holder-dir=/run/h", "extra"}, false},
+		{[]string{"--holder-dir=/run/h", "--relay=10.96.0.11:5301", "--relay-after=2s"}, true},
+		{[]string{"--holder-dir=/run/h", "--relay=10.96.0.11:5301,[fd00::11]:5301"}, true},
+		{[]string{"--holder-dir=/run/h", "--relay="}, true},
+		{[]string{"--holder-dir=/run/h", "--relay=10.96.0.11"}, false},
+		{[]string{"--holder-dir=/run/h", "--relay=fallback.kube-system:53"}, false},
+		{[]string{"--holder-dir=/run/h", "--relay=10.96.0.11:5301,10.96.0.12"}, false},
+		{[]string{"--holder-dir=/run/h", "--relay-after=0s"}, false},
+		{[]string{"--holder-dir=/run/h", "--relay-after=-1s"}, false},
+		{[]string{"--holder-dir=/run/h", "--relay-after=1"}, false},
 	} {
 		_, err := parseHoldConfig(tc.args, io.Discard)
 		if (err == nil) != tc.ok {

@@ -169,3 +169,49 @@ func TestHolderAcceptsRenderedArgs(t *testing.T) {
 		t.Fatal("no exit within 5s of SIGTERM")
 	}
 }
+
+// TestHolderRelay: with the fallback Service, the holder relays through
+// it (--relay is the frontend's --fallback, whatever the mode and address
+// family); without it, the holder only holds.
+func TestHolderRelay(t *testing.T) {
+	for _, tc := range []struct {
+		values string
+		relay  string // "" for none
+	}{
+		{``, "10.96.0.11:53"},
+		{`holder: {relayAfter: 3s}`, "10.96.0.11:53"},
+		{`mode: node-ip`, "10.96.0.11:5301"},
+		{"localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}\nfallback: {clusterIP: fd00:10:96::b}", "[fd00:10:96::b]:53"},
+		{`fallback: {enabled: false}`, ""},
+	} {
+		r, objs, _ := render(t, tc.values)
+		ds, err := DaemonSet(objs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var args []string
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if c.Name == "holder" {
+				args = c.Args
+			}
+		}
+		hasFlag := func(prefix string) bool {
+			return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, prefix) })
+		}
+		if tc.relay == "" {
+			if hasFlag("--relay") {
+				t.Errorf("%q: holder args %q: want no --relay without the fallback Service", tc.values, args)
+			}
+			continue
+		}
+		if fb := frontendSetting(t, r, "fallback"); fb != tc.relay {
+			t.Errorf("%q: frontend fallback %q, want %q", tc.values, fb, tc.relay)
+		}
+		if !slices.Contains(args, "--relay="+tc.relay) || !hasFlag("--relay-after=") {
+			t.Errorf("%q: holder args %q: want --relay=%s and --relay-after", tc.values, args, tc.relay)
+		}
+		if tc.values == `holder: {relayAfter: 3s}` && !slices.Contains(args, "--relay-after=3s") {
+			t.Errorf("%q: holder args %q: want --relay-after=3s", tc.values, args)
+		}
+	}
+}

@@ -113,7 +113,14 @@ func (f *frontend) die() {
 // startHolder runs a holder in dir until the test ends or stop is called.
 func startHolder(t *testing.T, dir string, timeout time.Duration) (h *Holder, stop func()) {
 	t.Helper()
-	h, err := New(Config{Dir: dir, Timeout: timeout}, zaptest.NewLogger(t).Named("holder"))
+	return startHolderConfig(t, Config{Dir: dir, Timeout: timeout})
+}
+
+// startHolderConfig runs a holder of cfg until the test ends or stop is
+// called.
+func startHolderConfig(t *testing.T, cfg Config) (h *Holder, stop func()) {
+	t.Helper()
+	h, err := New(cfg, zaptest.NewLogger(t).Named("holder"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,17 @@
 // frontend takes the very same sockets back and drains what queued.
 //
 // The holder runs as a process of its own (nodedns-frontend hold) in a
-// container beside the frontend's, in the same pod, and never reads from
-// the sockets. It holds duplicates of the frontend's descriptors, that is
-// the same open sockets, not new ones: while the frontend runs they are no
-// extra members of the SO_REUSEPORT groups and take no share of the
-// traffic. Only while no frontend reads do they queue it, and at most
+// container beside the frontend's, in the same pod. It holds duplicates
+// of the frontend's descriptors, that is the same open sockets, not new
+// ones: while the frontend runs they are no extra members of the
+// SO_REUSEPORT groups and take no share of the traffic. Only while no
+// frontend reads do they queue it. Without Config.Relay, for at most
 // Config.Timeout; then the holder closes them, so that clients get an
-// error at once rather than wait on a queue.
+// error at once rather than wait on a queue. With Config.Relay, from
+// Config.RelayAfter after the frontend's death until the next frontend
+// says hello, the holder reads them itself and answers each query through
+// the relay addresses, or with SERVFAIL (relay.go): a frontend in a crash
+// loop no longer takes the node's DNS down for its back-off.
 //
 // Protocol, over a SOCK_SEQPACKET connection to <dir>/holder.sock:
 //
@@ -25,8 +29,8 @@
 //
 // The connection from "hello" on is the lease: one frontend at a time. Its
 // end without "release" means the frontend died: the holder keeps the
-// sockets for Config.Timeout, and hands them to the next frontend that says
-// hello. Held sockets are replaced as soon as a frontend says what it
+// sockets for Config.Timeout (or relays them), and hands them to the next
+// frontend that says hello. Held sockets are replaced as soon as a frontend says what it
 // serves, and closed when a frontend asks with other listen addresses, so
 // that no copy the holder keeps sits unread in a SO_REUSEPORT group beside
 // sockets a live frontend bound afresh.
@@ -64,6 +68,9 @@ type Holder struct {
 	owner  *net.UnixConn
 	expiry *time.Timer // running while fds are held and no frontend owns them
 	closed bool
+
+	relayTimer *time.Timer // with Config.Relay: starts the relay after RelayAfter
+	relay      *relay      // reading fds while no frontend runs
 }
 
 // New returns a Holder for cfg.
@@ -159,6 +166,7 @@ func (h *Holder) shutdown() {
 
 // dropLocked closes the held sockets. h.mu must be held.
 func (h *Holder) dropLocked(why string) {
+	h.stopRelayLocked(why)
 	if h.expiry != nil {
 		h.expiry.Stop()
 		h.expiry = nil
@@ -240,6 +248,7 @@ func (h *Holder) acquire(c *net.UnixConn, listen string) ([]int, bool) {
 		return nil, false
 	}
 	h.owner = c
+	h.stopRelayLocked("a frontend said hello")
 	if h.expiry != nil {
 		h.expiry.Stop()
 		h.expiry = nil
@@ -275,7 +284,8 @@ func (h *Holder) replace(fds []int, listen string) int {
 }
 
 // leave ends c's lease. Unless the frontend released the sockets, it died:
-// they are held for cfg.Timeout.
+// they are held for cfg.Timeout or, with cfg.Relay, relayed from
+// cfg.RelayAfter on.
 func (h *Holder) leave(c *net.UnixConn, released bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -286,7 +296,27 @@ func (h *Holder) leave(c *net.UnixConn, released bool) {
 	if released || len(h.fds) == 0 || h.closed {
 		return
 	}
+	if len(h.cfg.Relay) > 0 {
+		h.log.Warn("the frontend died; holding its sockets for the next one", zap.Int("sockets", len(h.fds)), zap.Duration("relay_after", h.cfg.RelayAfter))
+		var t *time.Timer
+		t = time.AfterFunc(h.cfg.RelayAfter, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.relayTimer == t && h.owner == nil && !h.closed {
+				h.relayTimer = nil
+				h.startRelayLocked()
+			}
+		})
+		h.relayTimer = t
+		return
+	}
 	h.log.Warn("the frontend died; holding its sockets for the next one", zap.Int("sockets", len(h.fds)), zap.Duration("timeout", h.cfg.Timeout))
+	h.expireLocked()
+}
+
+// expireLocked closes the held sockets after cfg.Timeout unless a
+// frontend comes back first. h.mu must be held.
+func (h *Holder) expireLocked() {
 	var t *time.Timer
 	t = time.AfterFunc(h.cfg.Timeout, func() {
 		h.mu.Lock()
@@ -297,4 +327,40 @@ func (h *Holder) leave(c *net.UnixConn, released bool) {
 		}
 	})
 	h.expiry = t
+}
+
+// startRelayLocked starts answering the held sockets' queries through
+// cfg.Relay: no frontend came back within cfg.RelayAfter. The sockets are
+// then kept, and served, until a frontend says hello; when none of them
+// can be read, they are only held, for cfg.Timeout. h.mu must be held.
+func (h *Holder) startRelayLocked() {
+	if len(h.fds) == 0 {
+		return
+	}
+	r, err := startRelay(h.cfg, h.log.Named("relay"), h.fds)
+	if err != nil {
+		h.log.Error("cannot relay the held sockets; holding them only", zap.Error(err), zap.Duration("timeout", h.cfg.Timeout))
+		h.expireLocked()
+		return
+	}
+	h.relay = r
+	h.log.Warn("no frontend runs: answering the held sockets through the relay until one says hello",
+		zap.Strings("relay", h.cfg.Relay), zap.Int("sockets", len(h.fds)),
+		zap.String("why", "no frontend said hello within "+h.cfg.RelayAfter.String()+" of the last one's death"))
+}
+
+// stopRelayLocked stops the relay timer and the relay: the relay stops
+// reading at once, and answers what it read in the background. h.mu must
+// be held.
+func (h *Holder) stopRelayLocked(why string) {
+	if h.relayTimer != nil {
+		h.relayTimer.Stop()
+		h.relayTimer = nil
+	}
+	if h.relay == nil {
+		return
+	}
+	h.relay.stop()
+	h.log.Info("stopped relaying", append([]zap.Field{zap.String("why", why)}, h.relay.counts()...)...)
+	h.relay = nil
 }

@@ -143,7 +143,7 @@ pod template's probe address are added by the DaemonSet itself.
 {{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
 {{- $f = append $f (list "allow-networks" (join "," .Values.frontend.allowedNetworks)) -}}
 {{- if .Values.fallback.enabled -}}
-{{- $f = append $f (list "fallback" (printf "%s:%v" (include "nodedns.hostPort" (include "nodedns.fallbackIP" .)) (include "nodedns.fallbackPort" .))) -}}
+{{- $f = append $f (list "fallback" (include "nodedns.fallbackAddress" .)) -}}
 {{- end -}}
 {{- $f = append $f (list "handover-dir" .Values.frontend.handoverDir) -}}
 {{- $f = append $f (list "shutdown-timeout" (toString .Values.frontend.shutdownTimeout)) -}}
@@ -364,6 +364,14 @@ an address held by another Service fails the install, naming it.
 {{- end -}}
 {{- end -}}
 {{- $ip -}}
+{{- end -}}
+
+{{/*
+The fallback Service's address, IP:port: the frontend's --fallback and the
+holder's --relay.
+*/}}
+{{- define "nodedns.fallbackAddress" -}}
+{{- printf "%s:%v" (include "nodedns.hostPort" (include "nodedns.fallbackIP" .)) (include "nodedns.fallbackPort" .) -}}
 {{- end -}}
 
 {{/*
