@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,8 +26,8 @@ type stalledBackend struct {
 	addr string
 	half bool
 
-	mu             sync.Mutex
-	accepted, shut int
+	mu                      sync.Mutex
+	accepted, shut, queries int // queries: those of the test's names, not the probes
 }
 
 func startStalledBackend(t *testing.T, half bool) *stalledBackend {
@@ -83,6 +85,12 @@ func (b *stalledBackend) serve(c net.Conn) {
 		if _, err := io.ReadFull(c, body); err != nil {
 			return
 		}
+		var m dns.Msg
+		if m.Unpack(body) == nil && len(m.Question) == 1 && strings.HasSuffix(m.Question[0].Name, ".example.org.") {
+			b.mu.Lock()
+			b.queries++
+			b.mu.Unlock()
+		}
 		if b.half {
 			// Announce 200 bytes, send 100 (the query's own header and
 			// whatever follows it), then stall.
@@ -96,10 +104,10 @@ func (b *stalledBackend) serve(c net.Conn) {
 	}
 }
 
-func (b *stalledBackend) counts() (accepted, shut int) {
+func (b *stalledBackend) counts() (accepted, shut, queries int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.accepted, b.shut
+	return b.accepted, b.shut, b.queries
 }
 
 // timedExchange sends q to addr over network and returns the answer (nil
@@ -164,4 +172,73 @@ func rcodeOf(r *dns.Msg) string {
 		return "none"
 	}
 	return dns.RcodeToString[r.Rcode]
+}
+
+// TestSIGTERMAnswersMissesOnHungBackend runs the binary against a backend
+// that never answers and sends SIGTERM while misses over UDP and TCP wait
+// for it: each miss is answered SERVFAIL within --answer-timeout, and the
+// process exits cleanly within --shutdown-timeout of the signal.
+func TestSIGTERMAnswersMissesOnHungBackend(t *testing.T) {
+	b := startStalledBackend(t, false)
+	const answerTimeout, shutdownTimeout = 2 * time.Second, 5 * time.Second
+	p := startProc(t, append(baseArgs(t, b.addr), "--log-level=info",
+		"--answer-timeout="+answerTimeout.String(), "--shutdown-timeout="+shutdownTimeout.String())...)
+	type result struct {
+		network string
+		r       *dns.Msg
+		took    time.Duration
+		err     error
+	}
+	const perNet = 3
+	res := make(chan result, 2*perNet)
+	sent := time.Now()
+	for _, network := range []string{"udp", "tcp"} {
+		for i := range perNet {
+			go func() {
+				q := dnstest.Query(fmt.Sprintf("sigterm-%s-%d.example.org", network, i), dns.TypeA)
+				r, took, err := timedExchange(network, p.ready.DNS[0], q, 10*time.Second)
+				res <- result{network, r, took, err}
+			}()
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, _, n := b.counts(); n == 2*perNet {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the misses never reached the backend")
+		}
+	}
+	// SIGTERM while they wait on the hung backend.
+	time.Sleep(200 * time.Millisecond)
+	termAt := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 * perNet {
+		got := <-res
+		t.Logf("%s miss waiting at SIGTERM: waited %v, answer %s, error %v", got.network, got.took.Round(time.Millisecond), rcodeOf(got.r), got.err)
+		if got.err != nil || got.r == nil || got.r.Rcode != dns.RcodeServerFailure {
+			t.Errorf("%s: answer %s, error %v; want SERVFAIL", got.network, rcodeOf(got.r), got.err)
+		}
+		if got.took > answerTimeout+time.Second {
+			t.Errorf("%s: answered after %v, want within --answer-timeout (%v)", got.network, got.took, answerTimeout)
+		}
+	}
+	select {
+	case <-p.exited:
+		exit := time.Since(termAt)
+		t.Logf("exited %v after SIGTERM (%v after the misses were sent): %v", exit.Round(time.Millisecond), time.Since(sent).Round(time.Millisecond), p.err)
+		if p.err != nil {
+			t.Errorf("exit: %v\n%s", p.err, p.logs())
+		}
+		if exit > shutdownTimeout {
+			t.Errorf("exited %v after SIGTERM, want within --shutdown-timeout (%v)", exit, shutdownTimeout)
+		}
+	case <-time.After(shutdownTimeout + 5*time.Second):
+		t.Fatalf("no exit within %v of SIGTERM:\n%s", shutdownTimeout+5*time.Second, p.logs())
+	}
+	if !strings.Contains(p.logs(), `"stopped"`) {
+		t.Errorf("log lacks the stop message:\n%s", p.logs())
+	}
 }
