@@ -154,6 +154,7 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- end -}}
 {{- $f = append $f (list "handover-dir" .Values.frontend.handoverDir) -}}
 {{- $f = append $f (list "shutdown-timeout" (toString .Values.frontend.shutdownTimeout)) -}}
+{{- $f = append $f (list "answer-timeout" (toString .Values.frontend.answerTimeout)) -}}
 {{- $f = append $f (list "lameduck" (toString .Values.frontend.lameduck)) -}}
 {{- $f = append $f (list "sync-interval" (toString .Values.syncInterval)) -}}
 {{- $f = append $f (list "log-level" (toString .Values.logLevel)) -}}
