@@ -143,9 +143,8 @@ func (r *Resolver) land(f *flight) {
 
 // await waits for f's result, for at most d when d > 0 (then it returns
 // timerErr: errClientTimer or errAnswerTimeout) and until ctx ends
-// (ctx.Err()). A caller
-// that leaves early with abandon set leaves f to count its failure and to
-// mark the refresh failed (fly). Each caller's failure is counted once, in
+// (ctx.Err()). A caller that leaves early with abandon set leaves f to
+// count its failure and to mark the refresh failed (fly). Each caller's failure is counted once, in
 // nodedns_upstream_mismatch_total or nodedns_upstream_errors_total.
 func (r *Resolver) await(ctx context.Context, f *flight, d time.Duration, timerErr error, abandon bool) (*dns.Msg, error) {
 	var timer <-chan time.Time
