@@ -25,18 +25,25 @@ import (
 type stalledBackend struct {
 	addr string
 	half bool
+	// stallOnly, when set, limits the stall to names starting with
+	// "stall": the others (and the pool's probes) are answered at once.
+	stallOnly bool
 
 	mu                      sync.Mutex
 	accepted, shut, queries int // queries: those of the test's names, not the probes
 }
 
 func startStalledBackend(t *testing.T, half bool) *stalledBackend {
+	return startStalled(t, &stalledBackend{half: half})
+}
+
+func startStalled(t *testing.T, b *stalledBackend) *stalledBackend {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &stalledBackend{addr: ln.Addr().String(), half: half}
+	b.addr = ln.Addr().String()
 	var conns sync.WaitGroup
 	var mu sync.Mutex
 	var open []net.Conn
@@ -91,6 +98,23 @@ func (b *stalledBackend) serve(c net.Conn) {
 			b.queries++
 			b.mu.Unlock()
 		}
+		if b.stallOnly && len(m.Question) == 1 && !strings.HasPrefix(m.Question[0].Name, "stall") {
+			r := new(dns.Msg).SetReply(&m)
+			if m.Question[0].Qtype == dns.TypeA {
+				r.Answer = append(r.Answer, &dns.A{
+					Hdr: dns.RR_Header{Name: m.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
+					A:   net.IPv4(192, 0, 2, 1),
+				})
+			}
+			out, err := r.Pack()
+			if err != nil {
+				return
+			}
+			if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(out))), out...)); err != nil {
+				return
+			}
+			continue
+		}
 		if b.half {
 			// Announce 200 bytes, send 100 (the query's own header and
 			// whatever follows it), then stall.
@@ -108,6 +132,14 @@ func (b *stalledBackend) counts() (accepted, shut, queries int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.accepted, b.shut, b.queries
+}
+
+// timedAnswer is what a client got over network and how long it waited.
+type timedAnswer struct {
+	network string
+	r       *dns.Msg
+	took    time.Duration
+	err     error
 }
 
 // timedExchange sends q to addr over network and returns the answer (nil
@@ -135,17 +167,12 @@ func TestHungBackendMissAnswered(t *testing.T) {
 			l := startRun(t, baseArgs(t, b.addr)...)
 			for _, network := range []string{"udp", "tcp"} {
 				// Three clients ask the same name at once: one exchange.
-				type result struct {
-					r    *dns.Msg
-					took time.Duration
-					err  error
-				}
-				res := make(chan result, 3)
+				res := make(chan timedAnswer, 3)
 				q := dnstest.Query(fmt.Sprintf("hung-%s.example.org", network), dns.TypeA)
 				for range 3 {
 					go func() {
 						r, took, err := timedExchange(network, l.DNS[0], q.Copy(), 10*time.Second)
-						res <- result{r, took, err}
+						res <- timedAnswer{network, r, took, err}
 					}()
 				}
 				for range 3 {
@@ -183,21 +210,15 @@ func TestSIGTERMAnswersMissesOnHungBackend(t *testing.T) {
 	const answerTimeout, shutdownTimeout = 2 * time.Second, 5 * time.Second
 	p := startProc(t, append(baseArgs(t, b.addr), "--log-level=info",
 		"--answer-timeout="+answerTimeout.String(), "--shutdown-timeout="+shutdownTimeout.String())...)
-	type result struct {
-		network string
-		r       *dns.Msg
-		took    time.Duration
-		err     error
-	}
 	const perNet = 3
-	res := make(chan result, 2*perNet)
+	res := make(chan timedAnswer, 2*perNet)
 	sent := time.Now()
 	for _, network := range []string{"udp", "tcp"} {
 		for i := range perNet {
 			go func() {
 				q := dnstest.Query(fmt.Sprintf("sigterm-%s-%d.example.org", network, i), dns.TypeA)
 				r, took, err := timedExchange(network, p.ready.DNS[0], q, 10*time.Second)
-				res <- result{network, r, took, err}
+				res <- timedAnswer{network, r, took, err}
 			}()
 		}
 	}
@@ -241,4 +262,61 @@ func TestSIGTERMAnswersMissesOnHungBackend(t *testing.T) {
 	if !strings.Contains(p.logs(), `"stopped"`) {
 		t.Errorf("log lacks the stop message:\n%s", p.logs())
 	}
+}
+
+// TestStalledConnectionHoldsNoOtherQuery: while the backend stalls in the
+// middle of the answer to one name, clients asking other names over other
+// connections, UDP and TCP, are answered at once; the stalled name is
+// answered SERVFAIL within the bound, the stalled connection is closed,
+// and the next queries are answered over the connections left or a new
+// one.
+func TestStalledConnectionHoldsNoOtherQuery(t *testing.T) {
+	b := startStalled(t, &stalledBackend{half: true, stallOnly: true})
+	l := startRun(t, baseArgs(t, b.addr)...)
+	stalled := make(chan timedAnswer, 1)
+	go func() {
+		r, took, err := timedExchange("tcp", l.DNS[0], dnstest.Query("stall.example.org", dns.TypeA), 10*time.Second)
+		stalled <- timedAnswer{"tcp", r, took, err}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, _, n := b.counts(); n >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled name never reached the backend")
+		}
+	}
+	var slowest time.Duration
+	for i := range 10 {
+		for _, network := range []string{"udp", "tcp"} {
+			r, took, err := timedExchange(network, l.DNS[0], dnstest.Query(fmt.Sprintf("other-%d-%s.example.org", i, network), dns.TypeA), 5*time.Second)
+			slowest = max(slowest, took)
+			if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+				t.Errorf("other-%d over %s while a connection stalls: %s, %v; want the answer", i, network, rcodeOf(r), err)
+			}
+		}
+	}
+	t.Logf("20 misses of other names while the backend stalls mid-message on one: slowest answered in %v", slowest)
+	if slowest > 500*time.Millisecond {
+		t.Errorf("a miss of another name took %v while a connection stalled", slowest)
+	}
+	got := <-stalled
+	t.Logf("stalled name: answer %s after %v, error %v", rcodeOf(got.r), got.took.Round(time.Millisecond), got.err)
+	if got.err != nil || got.r.Rcode != dns.RcodeServerFailure || got.took > resolver.DefaultAnswerTimeout+time.Second {
+		t.Errorf("stalled name: %s after %v (%v); want SERVFAIL within --answer-timeout", rcodeOf(got.r), got.took, got.err)
+	}
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, shut, _ := b.counts(); shut >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled connection was not closed")
+		}
+	}
+	r, _, err := timedExchange("udp", l.DNS[0], dnstest.Query("after.example.org", dns.TypeA), 5*time.Second)
+	if err != nil || r.Rcode != dns.RcodeSuccess {
+		t.Errorf("after the stall: %s, %v", rcodeOf(r), err)
+	}
+	accepted, shut, _ := b.counts()
+	t.Logf("backend connections: %d accepted, %d closed by the frontend", accepted, shut)
 }
