@@ -36,6 +36,12 @@ const (
 	defaultShutdownTimeout = 5 * time.Second
 )
 
+// minAnswerTimeout is the shortest --answer-timeout: a name forwarded to
+// servers on the internet commonly takes tens to hundreds of milliseconds,
+// and a shorter bound would answer SERVFAIL to the first query of most of
+// them.
+const minAnswerTimeout = 100 * time.Millisecond
+
 // defaultGCPercent is the garbage collector's target when the GOGC
 // environment variable is not set. The frontend's heap is nearly all cache
 // entries, which live until evicted, and a cache hit allocates nothing, so
@@ -76,6 +82,7 @@ type config struct {
 	logLevel        string
 	maxInflight     int
 	shutdownTimeout time.Duration
+	answerTimeout   time.Duration
 	lameduck        time.Duration
 	bindTimeout     time.Duration
 	handoverDir     string
@@ -129,6 +136,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.maxInflightPerSource, "max-inflight-per-source", 0, "misses of one client address resolved at once; past it its queries are answered SERVFAIL; 0 means an eighth of --max-inflight")
 	durationVar(fs, &cfg.shedDelay, "shed-delay", server.DefaultShedDelay, "queue delay that sheds misses: when for 100ms every UDP batch had waited longer than this while 16 or more misses per core were started every 25ms, the limit on misses in flight drops (to 3/4 of those in flight, at least 8) and misses past it are answered stale or SERVFAIL at once, so that cache hits stay fast; 0 disables")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM, how long in-flight queries may take before teardown")
+	durationVar(fs, &cfg.answerTimeout, "answer-timeout", resolver.DefaultAnswerTimeout, "how long a miss waits for the backend before it is answered stale, or else SERVFAIL (not cached), while the exchange goes on to fill the cache: under a stub resolver's timeout (glibc: 5s); at least 100ms and below --shutdown-timeout, so that a SIGTERM drain answers every miss")
 	durationVar(fs, &cfg.lameduck, "lameduck", 0, "on SIGTERM with no other instance on the node, how long the frontend keeps the node's DNS, answering, before it hands it back to kube-proxy's path: time for kube-proxy to learn that this pod's endpoints are terminating, so that no new flow is sent to them; 0 hands it back at once")
 	durationVar(fs, &cfg.bindTimeout, "bind-timeout", 0, "how long a --listen address another process holds is tried again, every 100ms, before the frontend exits; 0 fails at once (node-ip mode: the DNS server being replaced may still hold the node IP's port 53)")
 	fs.StringVar(&cfg.handoverDir, "handover-dir", defaultHandoverDir, "`DIR` of the unix socket through which a newer instance takes the sockets over; empty disables")
@@ -228,6 +236,9 @@ func (c config) validate() error {
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v: must be positive", c.shutdownTimeout))
 	}
+	if c.answerTimeout < minAnswerTimeout || (c.shutdownTimeout > 0 && c.answerTimeout >= c.shutdownTimeout) {
+		errs = append(errs, fmt.Errorf("--answer-timeout %v: want %v or more and below --shutdown-timeout (%v), which must leave the misses in flight time to be answered", c.answerTimeout, minAnswerTimeout, c.shutdownTimeout))
+	}
 	if c.lameduck < 0 {
 		errs = append(errs, fmt.Errorf("--lameduck %v: must not be negative (0 disables)", c.lameduck))
 	}
@@ -314,5 +325,6 @@ func (c config) resolverConfig(port string) resolver.Config {
 	return resolver.Config{
 		Cache: c.cache, Server: "dns://:" + port, ClusterDomain: c.clusterDomain,
 		SearchPrefetch: c.searchPrefetch, DenyBelowNXDOMAIN: c.denyBelow,
+		AnswerTimeout: c.answerTimeout,
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,9 @@ type proc struct {
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(os.Args[0], args...), exited: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), execEnv+"=1")
+	// Under -race, a Go program sleeps 1s at exit unless told not to:
+	// tests that time the exit would measure that sleep.
+	p.cmd.Env = append(os.Environ(), execEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

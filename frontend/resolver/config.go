@@ -3,6 +3,7 @@ package resolver
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nodedns/nodedns/frontend/cache"
 )
@@ -33,11 +34,28 @@ type Config struct {
 	// not need SearchPrefetch; with it, the names above a walk's tries are
 	// fetched after the walk is denied. Default true.
 	DenyBelowNXDOMAIN bool
+	// AnswerTimeout bounds how long a miss waits for the backend: past
+	// it, the miss is answered stale when an expired answer is cached,
+	// else SERVFAIL (not cached), and the exchange goes on to fill the
+	// cache for the next queries. Every waiter of a shared exchange gets
+	// its own bound. Default DefaultAnswerTimeout; it must be positive.
+	AnswerTimeout time.Duration
 }
+
+// DefaultAnswerTimeout is Config.AnswerTimeout's default: a stub resolver
+// gives up its first attempt after 5s (glibc's RES_TIMEOUT; musl's is
+// 5s over all its tries), so an answer within 2s reaches it even after a
+// retry from its side and a slow network, and a name the backend takes
+// longer than that to resolve (a slow authoritative server, the forward
+// plugin trying a second upstream) is cached by the exchange that goes
+// on for the client's next try. It is a little over the client response
+// timer of RFC 8767 (1.8s), after which a stale answer is served instead.
+const DefaultAnswerTimeout = 2 * time.Second
 
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
-	return Config{Cache: cache.DefaultConfig(), Server: "dns://:53", ClusterDomain: "cluster.local", SearchPrefetch: true, DenyBelowNXDOMAIN: true}
+	return Config{Cache: cache.DefaultConfig(), Server: "dns://:53", ClusterDomain: "cluster.local", SearchPrefetch: true, DenyBelowNXDOMAIN: true,
+		AnswerTimeout: DefaultAnswerTimeout}
 }
 
 // Validate reports every invalid field.
@@ -48,6 +66,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := newSearchPath(c.ClusterDomain); err != nil {
 		errs = append(errs, err)
+	}
+	if c.AnswerTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("answer timeout %v: must be positive", c.AnswerTimeout))
 	}
 	if c.Server == "" {
 		errs = append(errs, fmt.Errorf("server label: must not be empty"))

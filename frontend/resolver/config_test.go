@@ -12,8 +12,10 @@ func TestConfigValidate(t *testing.T) {
 	}
 	cfg.Server = ""
 	cfg.Cache.Size = 0
+	cfg.AnswerTimeout = 0
 	err := cfg.Validate()
-	if err == nil || !strings.Contains(err.Error(), "server") || !strings.Contains(err.Error(), "cache size") {
-		t.Errorf("Validate() = %v, want both errors", err)
+	if err == nil || !strings.Contains(err.Error(), "server") || !strings.Contains(err.Error(), "cache size") ||
+		!strings.Contains(err.Error(), "answer timeout") {
+		t.Errorf("Validate() = %v, want the three errors", err)
 	}
 }

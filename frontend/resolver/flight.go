@@ -57,19 +57,18 @@ var errNoFlight = errors.New("exchange ended without a result")
 
 // join returns the flight for key, starting one when none is running.
 //
-// A new flight runs in the caller, on ctx, unless detach is set: a miss
-// with nothing stale to serve waits for the answer anyway, and running its
-// exchange in a goroutine of its own would cost two more goroutine
-// switches (measured: BenchmarkCoalescedMisses/n=1). With detach, as for a
-// miss that may serve stale at the client response timer (RFC 8767 section
-// 5) and for a prefetch, the exchange runs in a goroutine on the resolver's
-// own context, so that its answer refreshes the cache after its caller has
-// stopped waiting. After Close every flight runs in the caller.
+// A new flight runs in a goroutine on the resolver's own context, so that
+// its answer fills the cache after its callers have stopped waiting: a
+// pod's miss stops at the client response timer (RFC 8767 section 5) or
+// at Config.AnswerTimeout, a prefetch at its own timeout. That goroutine
+// costs a miss about two goroutine switches
+// (BenchmarkCoalescedMisses/n=1), against an exchange with the backend.
+// After Close every flight runs in the caller, on ctx.
 //
 // With search set (a pod's miss), a new flight also starts the search-path
 // prefetch of key (searchPrefetch); a miss that joins a running flight,
 // such as a pod's next try joining the prefetch of it, starts nothing.
-func (r *Resolver) join(ctx context.Context, key []byte, detach, search bool) *flight {
+func (r *Resolver) join(ctx context.Context, key []byte, search bool) *flight {
 	r.mu.Lock()
 	if f := r.flights[string(key)]; f != nil {
 		r.mu.Unlock()
@@ -83,16 +82,9 @@ func (r *Resolver) join(ctx context.Context, key []byte, detach, search bool) *f
 		return f
 	}
 	r.flights[string(f.key)] = f
-	if detach {
-		r.detach(f, 0)
-	} else {
-		r.mu.Unlock()
-	}
+	r.detach(f, 0)
 	if search {
 		r.searchPrefetch(key, f)
-	}
-	if !detach {
-		r.fly(ctx, f)
 	}
 	return f
 }
@@ -149,12 +141,12 @@ func (r *Resolver) land(f *flight) {
 	}
 }
 
-// await waits for f's result, for at most d when d > 0 (the client
-// response timer: errClientTimer) and until ctx ends (ctx.Err()). A caller
-// that leaves early with abandon set leaves f to count its failure and to
-// mark the refresh failed (fly). Each caller's failure is counted once, in
+// await waits for f's result, for at most d when d > 0 (then it returns
+// timerErr: errClientTimer or errAnswerTimeout) and until ctx ends
+// (ctx.Err()). A caller that leaves early with abandon set leaves f to
+// count its failure and to mark the refresh failed (fly). Each caller's failure is counted once, in
 // nodedns_upstream_mismatch_total or nodedns_upstream_errors_total.
-func (r *Resolver) await(ctx context.Context, f *flight, d time.Duration, abandon bool) (*dns.Msg, error) {
+func (r *Resolver) await(ctx context.Context, f *flight, d time.Duration, timerErr error, abandon bool) (*dns.Msg, error) {
 	var timer <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
@@ -167,7 +159,7 @@ func (r *Resolver) await(ctx context.Context, f *flight, d time.Duration, abando
 		r.countFetchError(f.err, 1)
 		return f.resp, f.err
 	case <-timer:
-		err = errClientTimer
+		err = timerErr
 	case <-ctx.Done():
 		err = ctx.Err()
 	}

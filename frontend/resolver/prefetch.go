@@ -22,8 +22,8 @@ func (r *Resolver) prefetch(k []byte) {
 		ctx, cancel := context.WithTimeout(r.ctx, prefetchTimeout)
 		defer cancel()
 		// A miss of the same key at the same time shares the exchange.
-		f := r.join(ctx, key, true, false)
-		resp, err := r.await(ctx, f, 0, false)
+		f := r.join(ctx, key, false)
+		resp, err := r.await(ctx, f, 0, nil, false)
 		if err == nil && resp.Rcode == dns.RcodeServerFailure {
 			err = errServfail
 		}

@@ -158,7 +158,9 @@ func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool)
 // the same time share one exchange and the one entry built from its answer
 // (flight). When the backend fails or answers SERVFAIL, or has not
 // answered within the client response timer, an expired entry is served
-// stale (RFC 8767 §5).
+// stale (RFC 8767 §5). A miss is answered within Config.AnswerTimeout
+// whatever the backend does: stale, or else SERVFAIL, which is not cached
+// (errAnswerTimeout).
 func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.Proto) []byte {
 	start := time.Now()
 	var q dnswire.Query
@@ -170,13 +172,18 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 	var resp *dns.Msg
 	var err error
 	_, stale, ok := r.cache.GetStale(dst[:0], &q, limit)
-	f := r.join(ctx, key, ok && stale, true)
+	// The exchange runs detached, so that a miss left at its timer
+	// still fills the cache for the next ones when the backend answers.
+	f := r.join(ctx, key, true)
 	if ok && stale {
 		// An expired answer is there to serve: wait for the backend only
-		// as long as the client response timer (RFC 8767 §5).
-		resp, err = r.await(ctx, f, clientResponseTimer, true)
+		// as long as the client response timer (RFC 8767 §5), or the
+		// answer timeout if shorter.
+		resp, err = r.await(ctx, f, min(clientResponseTimer, r.cfg.AnswerTimeout), errClientTimer, true)
 	} else {
-		resp, err = r.await(ctx, f, 0, false)
+		// Nothing to serve instead: SERVFAIL at the answer timeout
+		// rather than silence past the client's own timeout.
+		resp, err = r.await(ctx, f, r.cfg.AnswerTimeout, errAnswerTimeout, false)
 	}
 	if err == nil && resp.Rcode == dns.RcodeServerFailure {
 		err = errServfail

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/frontend/dnswire"
 )
@@ -362,12 +363,20 @@ func (r *Resolver) prefetchKey(key []byte) *flight {
 
 // detach runs f's exchange in a goroutine of its own on the resolver's
 // context, bounded by timeout when it is not 0. Called with r.mu held and
-// f in r.flights; it unlocks r.mu.
+// f in r.flights; it unlocks r.mu. A panic in the exchange is logged and
+// ends the flight with errNoFlight (its waiters answer SERVFAIL or stale
+// data): no server recovers it in this goroutine, and it must not end the
+// process.
 func (r *Resolver) detach(f *flight, timeout time.Duration) {
 	r.wg.Add(1)
 	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
+		defer func() {
+			if p := recover(); p != nil {
+				r.log.Error("exchange panic; its waiters get SERVFAIL", zap.Any("panic", p), zap.Stack("stack"))
+			}
+		}()
 		ctx := r.ctx
 		if timeout > 0 {
 			var cancel context.CancelFunc

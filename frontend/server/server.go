@@ -53,8 +53,8 @@ type Server struct {
 	local    *localAddrs
 	stopping atomic.Bool // set once by StopReading
 
-	// slowCtx is passed to ServeSlow; cancelled when Shutdown's context
-	// ends before the in-flight misses do.
+	// slowCtx is passed to ServeSlow; cancelled shortly before Shutdown's
+	// context ends when misses are still in flight (shutdownCut).
 	slowCtx    context.Context
 	slowCancel context.CancelFunc
 
@@ -317,9 +317,11 @@ func (s *Server) StopReading() {
 }
 
 // Shutdown stops reading, waits for the queries in flight to be answered
-// and closes every socket. When ctx ends first, the misses still running
-// have their context cancelled, TCP connections are closed, and ctx's
-// error is returned.
+// and closes every socket. When ctx is about to end first (shutdownCut
+// before its deadline, or when it is cancelled), the misses still running
+// have their context cancelled, which makes the handler answer them at
+// once (stale or SERVFAIL), and their answers are written until ctx ends;
+// then TCP connections are closed, and an error wrapping ctx's is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.StopReading()
 	done := make(chan struct{})
@@ -328,12 +330,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.misses.Wait()
 		close(done)
 	}()
+	cut := ctx
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		cut, cancel = context.WithDeadline(ctx, d.Add(-min(shutdownCut, time.Until(d)/2)))
+		defer cancel()
+	}
 	var err error
 	select {
 	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("shutdown: %d queries still in flight: %w", s.inflight.Load(), ctx.Err())
+	case <-cut.Done():
+		err = fmt.Errorf("shutdown: %d queries still in flight, answered without waiting any longer: %w", s.inflight.Load(), cut.Err())
 		s.slowCancel()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
 		s.mu.Lock()
 		for c := range s.conns {
 			_ = c.conn.Close()
@@ -346,6 +358,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.slowCancel()
 	return err
 }
+
+// shutdownCut is how long before Shutdown's deadline the misses still
+// waiting are cancelled: time for the handler to answer them and for the
+// answers to be written before the sockets close, which takes
+// microseconds unless the node is starved of CPU.
+const shutdownCut = 100 * time.Millisecond
 
 // closeSockets closes every socket. s.mu must be held.
 func (s *Server) closeSockets() {

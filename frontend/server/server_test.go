@@ -575,6 +575,60 @@ func TestShutdownTimeout(t *testing.T) {
 	}
 }
 
+// cutHandler's misses wait until their context is cancelled, then answer
+// SERVFAIL, as the resolver answers a miss whose wait is cut short.
+type cutHandler struct{ fakeHandler }
+
+func (h *cutHandler) ServeSlow(ctx context.Context, dst, req []byte, _ Proto) []byte {
+	h.slow.Add(1)
+	<-ctx.Done()
+	dst = answer(dst, req)
+	dst[3] = dst[3]&0xF0 | dns.RcodeServerFailure
+	return dst
+}
+
+// TestShutdownAnswersCutMisses: misses still waiting when Shutdown's
+// deadline nears are cancelled before it, and their answers reach the
+// clients over UDP and TCP before the sockets close.
+func TestShutdownAnswersCutMisses(t *testing.T) {
+	h := &cutHandler{}
+	s, _ := startServer(t, Config{}, h)
+	addr := s.Addrs()[0]
+	type result struct {
+		rcode int
+		err   error
+	}
+	results := make(chan result, 2)
+	for _, network := range []string{"udp", "tcp"} {
+		go func() {
+			r, err := exchange(t, network, addr, "miss.cut.")
+			if err != nil {
+				results <- result{-1, err}
+				return
+			}
+			results <- result{r.Rcode, nil}
+		}()
+	}
+	waitFor(t, func() bool { return h.slow.Load() == 2 })
+	const timeout = 500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	err := s.Shutdown(ctx)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown: %v, want deadline exceeded", err)
+	}
+	if took > timeout+100*time.Millisecond {
+		t.Errorf("Shutdown took %v, want at most its deadline (%v)", took, timeout)
+	}
+	for range 2 {
+		if r := <-results; r.err != nil || r.rcode != dns.RcodeServerFailure {
+			t.Errorf("miss cut short by the shutdown: rcode %d, error %v; want SERVFAIL", r.rcode, r.err)
+		}
+	}
+}
+
 // TestInherited serves from the sockets of another server: the seam for
 // handing sockets to a newer instance.
 func TestInherited(t *testing.T) {

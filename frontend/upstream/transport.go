@@ -214,9 +214,20 @@ func (c *conn) close() {
 	c.a.m.connsOpen.Dec()
 }
 
+// messageRestTimeout bounds the wait for the rest of a response once its
+// length prefix has come. The backend writes each message whole; over
+// loopback the rest follows in microseconds, and from a fallback on
+// another node within a few round trips. A peer that sent part of a
+// message and stopped is hung in the middle of writing it: its connection
+// is closed (the next query dials a new one) after this long rather than
+// at the attempt's deadline, so that the query moves on to the next
+// address in time to be answered.
+const messageRestTimeout = time.Second
+
 // roundTrip writes wire and reads one response, then checks that its ID and
 // question match the query (RFC 5452 section 9.1). On a mismatch the
-// connection is out of step and the caller closes it.
+// connection is out of step and the caller closes it. The body of the
+// response must follow its length prefix within messageRestTimeout.
 func (c *conn) roundTrip(ctx context.Context, deadline time.Time, wire []byte, id uint16, q dns.Question) (*dns.Msg, error) {
 	if err := c.nc.SetDeadline(deadline); err != nil {
 		return nil, err
@@ -231,6 +242,14 @@ func (c *conn) roundTrip(ctx context.Context, deadline time.Time, wire []byte, i
 	}
 	if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {
 		return nil, err
+	}
+	if rest := time.Now().Add(messageRestTimeout); rest.Before(deadline) {
+		if err := c.nc.SetReadDeadline(rest); err != nil {
+			return nil, err
+		}
+		if ctx.Err() != nil { // the pool closed as the deadline moved: end now
+			return nil, ctx.Err()
+		}
 	}
 	n := int(binary.BigEndian.Uint16(c.hdr[:]))
 	if cap(c.buf) < n {

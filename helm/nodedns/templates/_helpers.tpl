@@ -147,6 +147,7 @@ pod template's probe address are added by the DaemonSet itself.
 {{- end -}}
 {{- $f = append $f (list "handover-dir" .Values.frontend.handoverDir) -}}
 {{- $f = append $f (list "shutdown-timeout" (toString .Values.frontend.shutdownTimeout)) -}}
+{{- $f = append $f (list "answer-timeout" (toString .Values.frontend.answerTimeout)) -}}
 {{- $f = append $f (list "lameduck" (toString .Values.frontend.lameduck)) -}}
 {{- $f = append $f (list "sync-interval" (toString .Values.syncInterval)) -}}
 {{- $f = append $f (list "log-level" (toString .Values.logLevel)) -}}
