@@ -103,6 +103,7 @@ func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, g
 		DNSPort:      listenPort(cfg.listen),
 		HealthPort:   addrPort(cfg.healthAddr),
 		Backend:      cfg.backend,
+		ReleaseTo:    cfg.releaseToIPs(),
 	}
 	m, err := nodenet.NewHost(ctx, ncfg, log, reg)
 	if err != nil {

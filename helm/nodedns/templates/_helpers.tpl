@@ -148,6 +148,8 @@ old pod would read the new pods' address while its probes keep the old one.
 {{- if eq $mode "iptables" -}}
 {{- $f = append $f (list "service-ip" (include "nodedns.serviceIP" .)) -}}
 {{- end -}}
+{{- /* Every mode: where queries to the local IP go when no frontend serves them (the release table). */ -}}
+{{- $f = append $f (list "release-to" (include "nodedns.serviceIP" .)) -}}
 {{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
 {{- if .Values.fallback.enabled -}}
 {{- $f = append $f (list "fallback" (printf "%s:%v" (include "nodedns.hostPort" (include "nodedns.fallbackIP" .)) (include "nodedns.fallbackPort" .))) -}}
