@@ -220,28 +220,38 @@ func (m *Manager) Run(ctx context.Context) {
 }
 
 // Release removes the rules that divert pods' queries to the frontend (raw
-// PREROUTING NOTRACK), makes the release table take new queries to the
-// local IPs whether or not a socket is bound, and keeps the rest, so that an instance that stops
+// PREROUTING NOTRACK) and keeps the rest, so that an instance that stops
 // with no successor can go on answering what already reached its sockets
 // while new queries take the path they take without nodedns (kube-proxy's
-// DNAT of the ClusterIP); the answers still leave untracked (raw OUTPUT).
-// Teardown then removes everything.
+// DNAT of the ClusterIP, and for the local IPs the release table); the
+// answers still leave untracked (raw OUTPUT). Teardown then removes
+// everything but the release table.
+//
+// Before that, while the NOTRACK rules still keep every query out of
+// conntrack, it forgets the entries of queries answered here while tracked
+// (in Sync, between an address and its NOTRACK rule): such an entry binds
+// its client port to "no NAT", and that port's next query, rewritten by the
+// release table, would be lost. Then it makes the release table take new
+// queries whether or not a socket is bound (ReleaseChains): once the
+// NOTRACK rules go, no query is answered here tracked any more, and none
+// makes such an entry. In this order no query meets either state.
 func (m *Manager) Release(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var errs []error
+	if err := m.forgetServedHere(); err != nil {
+		errs = append(errs, m.fail(opTeardown, err))
+	}
+	if err := m.syncRelease(true); err != nil {
+		errs = append(errs, m.fail(opTeardown, err))
+	}
 	var keep []Rule
 	for _, r := range Rules(m.cfg) {
 		if r.Table != "raw" || r.Chain != "PREROUTING" {
 			keep = append(keep, r)
 		}
 	}
-	var errs []error
 	if err := m.reconcileRules(ctx, keep, false); err != nil {
-		errs = append(errs, m.fail(opTeardown, err))
-	}
-	// New queries to the local IPs go to kube-dns from now on, even
-	// though the sockets are still bound (ReleaseChains).
-	if err := m.syncRelease(true); err != nil {
 		errs = append(errs, m.fail(opTeardown, err))
 	}
 	return errors.Join(errs...)

@@ -296,13 +296,10 @@ func testReleaseTable(t *testing.T, mode nodenet.Mode, local string, hostCovered
 	// kube-dns.
 	s.waitMore(t, endpointAns, 20)
 	s.setPhase("teardown")
-	t.Logf("stop at %s", time.Now().Format("15:04:05.000"))
 	stop()
-	t.Logf("teardown at %s", time.Now().Format("15:04:05.000"))
 	if err := node.Do(func() error { return m.Teardown(ctx) }); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("teardown done at %s", time.Now().Format("15:04:05.000"))
 	s.waitMore(t, endpointAns, 50)
 	s.setPhase("absent")
 	if !releaseTableExists(t, node) {
@@ -331,14 +328,8 @@ func testReleaseTable(t *testing.T, mode nodenet.Mode, local string, hostCovered
 	ctr := releaseCounters(t, node)
 	t.Logf("%s: stream answered %d by the endpoint, %d by the frontend, %d failed; the table rewrote %d packets in prerouting, %d in output",
 		mode, byAns[endpointAns], byAns[frontAns], len(failed), ctr["prerouting"], ctr["output"])
-	// Each run lost at most one UDP query, at a transition (Release or
-	// Teardown), in two of three modes: not understood yet (see
-	// docs/modes.md). More than that is a regression.
 	if len(failed) > 0 {
-		t.Logf("%d queries failed: %s", len(failed), strings.Join(failed, "; "))
-	}
-	if len(failed) > 1 {
-		t.Errorf("%d queries failed, want at most 1", len(failed))
+		t.Errorf("%d queries failed: %s", len(failed), strings.Join(failed[:min(len(failed), 10)], "; "))
 	}
 	if ctr["prerouting"] == 0 {
 		t.Error("the table rewrote no packet, yet the endpoint answered")
