@@ -193,49 +193,69 @@ func releaseTableExists(t *testing.T, ns *netnstest.NetNS) bool {
 	return ok
 }
 
-// TestKernelReleaseTable checks the release table in link-local and
-// node-ip mode: before takeover, while a frontend serves, and after its
-// teardown, with a steady stream of queries across each change.
+// TestKernelReleaseTable checks the release table in each mode, and over
+// IPv6 in link-local mode: before takeover, while a frontend serves, and
+// after its teardown, with a steady stream of queries across each change.
 func TestKernelReleaseTable(t *testing.T) {
-	netnstest.Require(t, "iptables", "iptables-nft-save", "iptables-legacy-save")
+	netnstest.Require(t, "iptables", "ip6tables", "iptables-nft-save", "iptables-legacy-save")
 	for _, tc := range []struct {
+		name  string
 		mode  nodenet.Mode
 		local string
 		host  bool // a hostNetwork client is served after teardown too
 	}{
-		{nodenet.ModeLinkLocal, linkLocal, true},
-		{nodenet.ModeIPTables, linkLocal, true},
-		{nodenet.ModeNodeIP, netnstest.NodeVethIP, false},
+		{"link-local", nodenet.ModeLinkLocal, linkLocal, true},
+		{"iptables", nodenet.ModeIPTables, linkLocal, true},
+		{"node-ip", nodenet.ModeNodeIP, netnstest.NodeVethIP, false},
+		{"link-local-ipv6", nodenet.ModeLinkLocal, linkLocal6, true},
 	} {
-		t.Run(string(tc.mode), func(t *testing.T) { testReleaseTable(t, tc.mode, tc.local, tc.host) })
+		t.Run(tc.name, func(t *testing.T) { testReleaseTable(t, tc.mode, tc.local, tc.host) })
 	}
 }
+
+// The IPv6 counterparts of the endpoint's and the ClusterIP's addresses.
+const (
+	endpointIP6 = "fd00:1::2"
+	clusterIP6  = "fd00:96::a"
+)
 
 func testReleaseTable(t *testing.T, mode nodenet.Mode, local string, hostCovered bool) {
 	topo := netnstest.NodePod(t)
 	node, pod := topo.Node, topo.Pod
 	ep := netnstest.New(t, "endpoint")
-	netnstest.Link(t, node, "ep0", []string{"10.0.1.1/24"}, ep, "eth0", []string{endpointIP + "/24"})
+	netnstest.Link(t, node, "ep0", []string{"10.0.1.1/24", "fd00:1::1/64"}, ep, "eth0", []string{endpointIP + "/24", endpointIP6 + "/64"})
 	ep.Run("ip", "route", "add", "10.244.0.0/16", "via", "10.0.1.1")
+	ep.Run("ip", "-6", "route", "add", "fd00:244::/32", "via", "fd00:1::1")
 	// A node has a default route; without one a host process could not
 	// even send to 169.254.20.10 once no interface holds it.
 	node.Run("ip", "route", "add", "default", "via", endpointIP)
+	node.Run("ip", "-6", "route", "add", "default", "via", endpointIP6)
+	ipt, cluster, endpoint := "iptables", clusterIP, endpointIP
+	if strings.Contains(local, ":") {
+		ipt, cluster, endpoint = "ip6tables", clusterIP6, endpointIP6
+	}
 	// kube-proxy: the ClusterIP DNATed to the endpoint, for pods
 	// (PREROUTING) and host processes (OUTPUT).
 	for _, chain := range []string{"PREROUTING", "OUTPUT"} {
 		for _, p := range []string{"udp", "tcp"} {
-			node.Run("iptables", "-t", "nat", "-A", chain, "-d", clusterIP, "-p", p, "--dport", "53",
-				"-j", "DNAT", "--to-destination", endpointIP+":53")
+			node.Run(ipt, "-t", "nat", "-A", chain, "-d", cluster, "-p", p, "--dport", "53",
+				"-j", "DNAT", "--to-destination", net.JoinHostPort(endpoint, "53"))
 		}
 	}
-	serveOn(t, ep, endpointIP+":53", endpointAns)
+	serveOn(t, ep, net.JoinHostPort(endpoint, "53"), endpointAns)
+	// IPv6 links need a moment (duplicate address detection of their
+	// link-local addresses) before the node can reach its neighbours.
+	waitFor(t, 10*time.Second, "endpoint reachable from the node", func() bool {
+		_, err := ask(node, "udp", net.JoinHostPort(endpoint, "53"), "ready.example.", 300*time.Millisecond)
+		return err == nil
+	})
 	addr := net.JoinHostPort(local, "53")
 
 	cfg := nodenet.Config{
 		Mode:         mode,
-		LocalIPs:     []net.IP{net.ParseIP(local).To4()},
-		ServiceIPs:   []net.IP{net.ParseIP(clusterIP).To4()},
-		ReleaseTo:    []net.IP{net.ParseIP(clusterIP).To4()},
+		LocalIPs:     mustIPs(t, local),
+		ServiceIPs:   mustIPs(t, cluster),
+		ReleaseTo:    mustIPs(t, cluster),
 		SyncInterval: time.Hour,
 	}
 	m := newManager(t, node, cfg)
@@ -326,8 +346,8 @@ func testReleaseTable(t *testing.T, mode nodenet.Mode, local string, hostCovered
 	byAns, failed := s.end()
 	askAll(t, pod, addr, frontAns, "back, pod")
 	ctr := releaseCounters(t, node)
-	t.Logf("%s: stream answered %d by the endpoint, %d by the frontend, %d failed; the table rewrote %d packets in prerouting, %d in output",
-		mode, byAns[endpointAns], byAns[frontAns], len(failed), ctr["prerouting"], ctr["output"])
+	t.Logf("%s mode, %s: stream answered %d by the endpoint, %d by the frontend, %d failed; the table rewrote %d packets in prerouting, %d in output",
+		mode, addr, byAns[endpointAns], byAns[frontAns], len(failed), ctr["prerouting"], ctr["output"])
 	if len(failed) > 0 {
 		t.Errorf("%d queries failed: %s", len(failed), strings.Join(failed[:min(len(failed), 10)], "; "))
 	}
@@ -351,4 +371,13 @@ func deleteReleaseTable() error {
 	c.AddTable(&nftables.Table{Name: nodenet.ReleaseTable, Family: nftables.TableFamilyINet})
 	c.DelTable(&nftables.Table{Name: nodenet.ReleaseTable, Family: nftables.TableFamilyINet})
 	return c.Flush()
+}
+
+func mustIPs(t *testing.T, s string) []net.IP {
+	t.Helper()
+	v, err := nodenet.ParseIPs(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
