@@ -32,7 +32,8 @@ type network interface {
 	// removes the rules, then the interface. As the last instance it first
 	// removes the rules that divert pods' queries here, so that none
 	// arrives once reading stops: queries sent meanwhile either reached the
-	// sockets and are answered, or take kube-proxy's path.
+	// sockets and are answered, or take kube-proxy's path (for the local
+	// IPs through the release table, which stays: nodenet/releasetable.go).
 	Teardown(ctx context.Context, drain func()) error
 	// Leave stops reconciling and leaves the interface and rules to the
 	// instance that took the sockets over.

@@ -293,6 +293,14 @@ func rewrite(ip net.IP) []expr.Any {
 	}
 }
 
+// ReleaseComments returns chains' rule comments by chain: what NFT's
+// Release lists for a table installed from chains.
+func ReleaseComments(chains []ReleaseChain) map[string][]string { return releaseComments(chains) }
+
+// SameRelease reports whether two listings of the table (ReleaseComments,
+// NFT.Release) have the same rules.
+func SameRelease(a, b map[string][]string) bool { return sameComments(a, b) }
+
 // releaseComments returns chains' rule comments by chain.
 func releaseComments(chains []ReleaseChain) map[string][]string {
 	out := map[string][]string{}
