@@ -94,7 +94,11 @@ func NewHost(ctx context.Context, cfg Config, log *zap.Logger, set *vm.Set) (*Ma
 	// one an earlier instance left when this one wants none.
 	nft, err := NewNFT()
 	if err != nil {
-		return nil, err
+		if len(cfg.ReleaseTo) > 0 {
+			return nil, err
+		}
+		// Nothing wanted there, and nothing can have been left there.
+		nft = nil
 	}
 	m, err := NewWithNFT(cfg, log, set, nl, ipt, nft)
 	if err != nil {
