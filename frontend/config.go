@@ -76,6 +76,7 @@ type config struct {
 	mode            string
 	localIPs        []net.IP
 	serviceIPs      []net.IP
+	releaseTo       releaseFlag
 	iface           string
 	syncInterval    time.Duration
 	backendReadyURL string
@@ -128,6 +129,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.mode, "mode", defaultMode, "how pods reach the frontend: "+modeNames)
 	fs.Var((*ipListFlag)(&cfg.localIPs), "local-ip", "`IP[,IP]` owned by the frontend (the node IP in node-ip mode)")
 	fs.Var((*ipListFlag)(&cfg.serviceIPs), "service-ip", "kube-dns ClusterIP `IP[,IP]` owned in iptables mode")
+	fs.Var(&cfg.releaseTo, "release-to", "kube-dns ClusterIP `IP[,IP]` that queries to the local IPs go to whenever no frontend serves them (default: --service-ip; empty: none)")
 	fs.StringVar(&cfg.iface, "interface", defaultInterface, "`NAME` of the link holding the local IPs")
 	durationVar(fs, &cfg.syncInterval, "sync-interval", defaultSyncInterval, "how often the interface and rules are re-applied")
 	fs.StringVar(&cfg.backendReadyURL, "backend-ready-url", defaultBackendReadyURL, "`URL` of the backend's readiness endpoint")
@@ -274,6 +276,28 @@ func (l *listFlag) Set(s string) error {
 }
 
 // ipListFlag is a comma separated list of IP addresses.
+// releaseFlag is --release-to: a list of IPs, and whether it was given
+// (its default is --service-ip).
+type releaseFlag struct {
+	ips ipListFlag
+	set bool
+}
+
+func (r *releaseFlag) String() string { return r.ips.String() }
+
+func (r *releaseFlag) Set(s string) error {
+	r.set = true
+	return r.ips.Set(s)
+}
+
+// releaseTo is --release-to, or --service-ip when it was not given.
+func (c *config) releaseToIPs() []net.IP {
+	if c.releaseTo.set {
+		return c.releaseTo.ips
+	}
+	return c.serviceIPs
+}
+
 type ipListFlag []net.IP
 
 func (l *ipListFlag) String() string {

@@ -47,7 +47,7 @@ func diagnoseCmd(args []string, stdout, stderr io.Writer) int {
 		Net: nodenet.Config{
 			Mode: nodenet.Mode(cfg.mode), LocalIPs: cfg.localIPs, ServiceIPs: cfg.serviceIPs,
 			Interface: cfg.iface, DNSPort: listenPort(cfg.listen), HealthPort: addrPort(cfg.healthAddr),
-			Backend: cfg.backend,
+			Backend: cfg.backend, ReleaseTo: cfg.releaseToIPs(),
 		},
 		SetupNetwork:    cfg.setupNetwork,
 		Listen:          cfg.listen,

@@ -32,7 +32,8 @@ type network interface {
 	// removes the rules, then the interface. As the last instance it first
 	// removes the rules that divert pods' queries here, so that none
 	// arrives once reading stops: queries sent meanwhile either reached the
-	// sockets and are answered, or take kube-proxy's path.
+	// sockets and are answered, or take kube-proxy's path (for the local
+	// IPs through the release table, which stays: nodenet/releasetable.go).
 	Teardown(ctx context.Context, drain func()) error
 	// Leave stops reconciling and leaves the interface and rules to the
 	// instance that took the sockets over.
@@ -103,6 +104,7 @@ func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, g
 		DNSPort:      listenPort(cfg.listen),
 		HealthPort:   addrPort(cfg.healthAddr),
 		Backend:      cfg.backend,
+		ReleaseTo:    cfg.releaseToIPs(),
 	}
 	m, err := nodenet.NewHost(ctx, ncfg, log, reg)
 	if err != nil {

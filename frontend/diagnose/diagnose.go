@@ -100,6 +100,7 @@ func Run(ctx context.Context, cfg Config) []Finding {
 			out = append(out, checkNodeIP(cfg))
 		}
 		out = append(out, checkRules(ctx, cfg)...)
+		out = append(out, checkReleaseTable(cfg))
 	}
 	out = append(out, checkListeners(cfg)...)
 	out = append(out, checkBackend(ctx, cfg))
@@ -202,6 +203,42 @@ func checkNodeIP(cfg Config) Finding {
 		}
 	}
 	f.OK, f.Detail = true, "node-ip mode: no interface; the node IP is local"
+	return f
+}
+
+// checkReleaseTable compares the nftables table that sends queries to the
+// local IPs to kube-dns when no frontend serves them with the one the
+// configuration wants. It stays on the node after uninstall on purpose.
+func checkReleaseTable(cfg Config) Finding {
+	f := Finding{Check: "release table (nftables inet " + nodenet.ReleaseTable + ")"}
+	nft, err := nodenet.NewNFT()
+	var got map[string][]string
+	var exists bool
+	if err == nil {
+		got, exists, err = nft.Release()
+	}
+	want := nodenet.ReleaseChains(cfg.Net, false)
+	switch {
+	case err != nil && len(want) == 0:
+		f.OK, f.Detail = true, "not wanted (no --release-to); nftables not readable: "+err.Error()
+	case err != nil:
+		f.Detail = "cannot list it: " + err.Error()
+		f.Fix = "run diagnose as root on the node (hostNetwork); the kernel needs nf_tables"
+	case len(want) == 0 && !exists:
+		f.OK, f.Detail = true, "not wanted (no --release-to) and absent"
+	case len(want) == 0:
+		f.OK, f.Detail = true, "present but not wanted (no --release-to): the frontend deletes it at its next sync"
+	case !exists:
+		f.Detail = "absent: without a frontend, queries to the local IPs would get no answer"
+		f.Fix = "the frontend installs it at start and restores it within --sync-interval; read its log for \"node network setup\""
+	case nodenet.SameRelease(got, nodenet.ReleaseComments(want)) || nodenet.SameRelease(got, nodenet.ReleaseComments(nodenet.ReleaseChains(cfg.Net, true))):
+		f.OK = true
+		f.Detail = fmt.Sprintf("present: queries to the local IPs go to %v whenever no frontend serves them (kept after uninstall on purpose; remove by hand: %s)",
+			cfg.Net.ReleaseTo, nodenet.ReleaseRemoveCommand)
+	default:
+		f.Detail = "present, with other rules than the configuration wants (another --release-to?)"
+		f.Fix = "the frontend replaces it within --sync-interval while it runs"
+	}
 	return f
 }
 

@@ -63,6 +63,16 @@ type Config struct {
 	// to backend"). Another host (a name, a pod IP) gets no rule. Default
 	// none.
 	Backend string
+	// ReleaseTo are the kube-dns ClusterIP(s), at most one per family,
+	// that queries to the LocalIPs go to whenever no frontend serves them
+	// (the release table, releasetable.go): through kube-proxy's DNAT of
+	// that ClusterIP. Empty: no table, and Sync deletes one left earlier.
+	ReleaseTo []net.IP
+	// ReleaseSources limits the release table to queries from these
+	// source prefixes (pods' network, say); empty: any source. Nothing
+	// sets it yet; in node-ip mode it is how the node IP's port 53 could be
+	// kept from answering beyond the node's own pods.
+	ReleaseSources []*net.IPNet
 }
 
 func (c *Config) setDefaults() {
@@ -115,6 +125,26 @@ func (c *Config) Validate() error {
 	if c.Backend != "" {
 		if _, _, err := c.loopbackBackend(); err != nil {
 			return err
+		}
+	}
+	seen := map[Family]bool{}
+	for _, ip := range c.ReleaseTo {
+		if ip == nil || ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast() || ip.IsLinkLocalUnicast() {
+			return fmt.Errorf("release address %v: want the kube-dns ClusterIP", ip)
+		}
+		if seen[familyOf(ip)] {
+			return fmt.Errorf("release addresses %v: at most one per IP family", c.ReleaseTo)
+		}
+		seen[familyOf(ip)] = true
+		for _, l := range c.LocalIPs {
+			if l.Equal(ip) {
+				return fmt.Errorf("release address %v is a local IP: queries would loop", ip)
+			}
+		}
+	}
+	for _, s := range c.ReleaseSources {
+		if s == nil || s.IP == nil {
+			return errors.New("release source: empty prefix")
 		}
 	}
 	if c.SyncInterval < 100*time.Millisecond {

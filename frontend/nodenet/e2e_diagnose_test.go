@@ -70,6 +70,12 @@ func TestE2EDiagnose(t *testing.T) {
 		breaks func(t *testing.T) (extra []string, resolv, kubelet string)
 		want   []string // substrings of the output
 	}{
+		{"release table deleted", func(t *testing.T) ([]string, string, string) {
+			if err := c.node.Do(deleteReleaseTable); err != nil {
+				t.Fatal(err)
+			}
+			return nil, resolv, kubelet
+		}, []string{"[FAIL] release table (nftables inet nodedns-release): absent"}},
 		{"rule deleted", func(t *testing.T) ([]string, string, string) {
 			c.node.Run("iptables", "-t", "raw", "-D", "PREROUTING", "-d", clusterIP+"/32", "-p", "udp", "-m", "udp", "--dport", "53",
 				"-m", "comment", "--comment", "nodedns: notrack udp to 10.96.0.10:53", "-j", "NOTRACK")

@@ -23,6 +23,7 @@ type Manager struct {
 	log *zap.Logger
 	nl  Netlink             // may be nil in ModeNodeIP only
 	ipt map[Family]IPTables // the families the host supports
+	nft NFT                 // nil: the release table is not managed
 	met *managerMetrics
 
 	noDummy atomic.Bool // set once the kernel refused a dummy link
@@ -37,6 +38,12 @@ type Manager struct {
 // family that the host supports; fakes in unit tests), with its series in
 // set (a private set when nil). cfg is validated.
 func New(cfg Config, log *zap.Logger, set *vm.Set, nl Netlink, ipt map[Family]IPTables) (*Manager, error) {
+	return NewWithNFT(cfg, log, set, nl, ipt, nil)
+}
+
+// NewWithNFT is New that also keeps the release table through nft (needed
+// when cfg has ReleaseTo addresses).
+func NewWithNFT(cfg Config, log *zap.Logger, set *vm.Set, nl Netlink, ipt map[Family]IPTables, nft NFT) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -48,8 +55,11 @@ func New(cfg Config, log *zap.Logger, set *vm.Set, nl Netlink, ipt map[Family]IP
 	if nl == nil && cfg.Mode != ModeNodeIP {
 		return nil, errors.New("mode " + string(cfg.Mode) + " needs netlink")
 	}
+	if nft == nil && len(cfg.ReleaseTo) > 0 {
+		return nil, errors.New("release addresses need nftables")
+	}
 	return &Manager{
-		cfg: cfg, log: log.Named("nodenet"), nl: nl, ipt: ipt, met: newMetrics(set),
+		cfg: cfg, log: log.Named("nodenet"), nl: nl, ipt: ipt, nft: nft, met: newMetrics(set),
 		status: "network not set up yet",
 	}, nil
 }
@@ -80,7 +90,17 @@ func NewHost(ctx context.Context, cfg Config, log *zap.Logger, set *vm.Set) (*Ma
 	if err != nil {
 		return nil, err
 	}
-	m, err := New(cfg, log, set, nl, ipt)
+	// The release table is kept whatever the configuration: Sync deletes
+	// one an earlier instance left when this one wants none.
+	nft, err := NewNFT()
+	if err != nil {
+		if len(cfg.ReleaseTo) > 0 {
+			return nil, err
+		}
+		// Nothing wanted there, and nothing can have been left there.
+		nft = nil
+	}
+	m, err := NewWithNFT(cfg, log, set, nl, ipt, nft)
 	if err != nil {
 		return nil, errors.Join(append(errs, err)...)
 	}
@@ -139,6 +159,9 @@ func (m *Manager) Sync(ctx context.Context) error {
 	if err := m.syncRules(ctx, Rules(m.cfg)); err != nil {
 		errs = append(errs, m.fail(opRules, err))
 	}
+	if err := m.syncRelease(false); err != nil {
+		errs = append(errs, m.fail(opRules, err))
+	}
 	err := errors.Join(errs...)
 	m.ok = err == nil
 	if m.ok {
@@ -155,9 +178,12 @@ func (m *Manager) Sync(ctx context.Context) error {
 // RemoveStale removes what an earlier instance left that this
 // configuration does not want: nodedns rules for other addresses or ports,
 // and other addresses on an existing interface (the whole interface in
-// ModeNodeIP). It installs nothing, so it is safe before the backend is
-// ready; what this configuration wants and finds in place stays, steering
-// queries to this frontend, which already listens.
+// ModeNodeIP). It installs nothing that steers queries here, so it is safe
+// before the backend is ready; what this configuration wants and finds in
+// place stays, steering queries to this frontend, which already listens.
+// It does converge the release table, which sends queries to the cluster's
+// kube-dns, never here: from the moment a frontend starts, the local IPs
+// answer through kube-proxy until it takes them over.
 func (m *Manager) RemoveStale(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -174,6 +200,9 @@ func (m *Manager) RemoveStale(ctx context.Context) error {
 		}
 	}
 	if err := m.reconcileRules(ctx, Rules(m.cfg), false); err != nil {
+		errs = append(errs, m.fail(opRules, err))
+	}
+	if err := m.syncRelease(false); err != nil {
 		errs = append(errs, m.fail(opRules, err))
 	}
 	return errors.Join(errs...)
@@ -198,11 +227,28 @@ func (m *Manager) Run(ctx context.Context) {
 // PREROUTING NOTRACK) and keeps the rest, so that an instance that stops
 // with no successor can go on answering what already reached its sockets
 // while new queries take the path they take without nodedns (kube-proxy's
-// DNAT of the ClusterIP); the answers still leave untracked (raw OUTPUT).
-// Teardown then removes everything.
+// DNAT of the ClusterIP, and for the local IPs the release table); the
+// answers still leave untracked (raw OUTPUT). Teardown then removes
+// everything but the release table.
+//
+// Before that, while the NOTRACK rules still keep every query out of
+// conntrack, it forgets the entries of queries answered here while tracked
+// (in Sync, between an address and its NOTRACK rule): such an entry binds
+// its client port to "no NAT", and that port's next query, rewritten by the
+// release table, would be lost. Then it makes the release table take new
+// queries whether or not a socket is bound (ReleaseChains): once the
+// NOTRACK rules go, no query is answered here tracked any more, and none
+// makes such an entry. In this order no query meets either state.
 func (m *Manager) Release(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var errs []error
+	if err := m.forgetServedHere(); err != nil {
+		errs = append(errs, m.fail(opTeardown, err))
+	}
+	if err := m.syncRelease(true); err != nil {
+		errs = append(errs, m.fail(opTeardown, err))
+	}
 	var keep []Rule
 	for _, r := range Rules(m.cfg) {
 		if r.Table != "raw" || r.Chain != "PREROUTING" {
@@ -210,14 +256,16 @@ func (m *Manager) Release(ctx context.Context) error {
 		}
 	}
 	if err := m.reconcileRules(ctx, keep, false); err != nil {
-		return m.fail(opTeardown, err)
+		errs = append(errs, m.fail(opTeardown, err))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Teardown removes every nodedns rule (those of this configuration and any
 // left over), then the interface: rules first, so that no packet is ever
-// steered to addresses that are gone. All errors are joined.
+// steered to addresses that are gone. All errors are joined. It keeps the
+// release table (releasetable.go), which from then on sends queries to
+// the local IPs to the kube-dns ClusterIP.
 func (m *Manager) Teardown(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -229,6 +277,14 @@ func (m *Manager) Teardown(ctx context.Context) error {
 		if err := m.deleteLink(); err != nil {
 			errs = append(errs, m.fail(opTeardown, err))
 		}
+	}
+	// Back to the table's lasting form, which leaves alone whatever
+	// serves the local IPs later.
+	if err := m.syncRelease(false); err != nil {
+		errs = append(errs, m.fail(opTeardown, err))
+	}
+	if err := m.forgetServedHere(); err != nil {
+		errs = append(errs, m.fail(opTeardown, err))
 	}
 	m.ok, m.once = false, false
 	m.met.installed.Set(0)

@@ -16,7 +16,10 @@ import (
 // instance holds a shared flock on it. An instance that stops removes the
 // node's rules and interface only when it can then take the lock
 // exclusively, that is when no other instance is running; the kernel drops
-// the locks of a crashed process, so a SIGKILL leaves nothing stale.
+// the locks of a crashed process, so a SIGKILL leaves nothing stale. The
+// last instance's teardown keeps the release table (releasetable.go) on
+// purpose: it answers the node's DNS through kube-dns once no instance
+// runs, after uninstall too.
 type Presence struct {
 	f *os.File // open while present; nil after Leave
 }

@@ -140,6 +140,8 @@ pod template's probe address are added by the DaemonSet itself.
 {{- if eq $mode "iptables" -}}
 {{- $f = append $f (list "service-ip" (include "nodedns.serviceIP" .)) -}}
 {{- end -}}
+{{- /* Every mode: where queries to the local IP go when no frontend serves them (the release table). */ -}}
+{{- $f = append $f (list "release-to" (include "nodedns.serviceIP" .)) -}}
 {{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
 {{- $f = append $f (list "allow-networks" (join "," .Values.frontend.allowedNetworks)) -}}
 {{- if .Values.fallback.enabled -}}
