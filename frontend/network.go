@@ -106,6 +106,13 @@ func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, g
 		Backend:      cfg.backend,
 		ReleaseTo:    cfg.releaseToIPs(),
 	}
+	if ncfg.Mode == nodenet.ModeNodeIP {
+		ifs, err := nodenet.DefaultRouteInterfaces()
+		if err != nil {
+			return nil, fmt.Errorf("node network: %w", err)
+		}
+		ncfg.ReleaseSkipInterfaces = ifs
+	}
 	m, err := nodenet.NewHost(ctx, ncfg, log, reg)
 	if err != nil {
 		return nil, fmt.Errorf("node network: %w", err)

@@ -73,6 +73,14 @@ type Config struct {
 	// sets it yet; in node-ip mode it is how the node IP's port 53 could be
 	// kept from answering beyond the node's own pods.
 	ReleaseSources []*net.IPNet
+	// ReleaseSkipInterfaces are interfaces whose incoming queries the
+	// release table never rewrites. In node-ip mode the frontend gives the
+	// interfaces of the node's default routes: hosts outside the node's
+	// networks arrive through them, and once no frontend answers (after
+	// helm uninstall, for good) the node IP's port 53 must not become a
+	// way into kube-dns for them. The node's pods arrive on their own
+	// links (veth, bridge).
+	ReleaseSkipInterfaces []string
 }
 
 func (c *Config) setDefaults() {
@@ -145,6 +153,11 @@ func (c *Config) Validate() error {
 	for _, s := range c.ReleaseSources {
 		if s == nil || s.IP == nil {
 			return errors.New("release source: empty prefix")
+		}
+	}
+	for _, name := range c.ReleaseSkipInterfaces {
+		if name == "" || len(name) >= 16 {
+			return fmt.Errorf("release: interface name %q: want 1 to 15 characters", name)
 		}
 	}
 	if c.SyncInterval < 100*time.Millisecond {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -202,3 +203,39 @@ func (m *Manager) deleteLink() error {
 
 // addrGenModeNone is IN6_ADDR_GEN_MODE_NONE from <linux/if_link.h>.
 const addrGenModeNone = 1
+
+// DefaultRouteInterfaces returns the names of the interfaces that carry
+// the node's default routes (IPv4 and IPv6, main table), sorted and
+// without repeats: where hosts outside the node's networks come in.
+func DefaultRouteInterfaces() ([]string, error) {
+	var names []string
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("list routes: %w", err)
+		}
+		for _, r := range routes {
+			if r.Dst != nil {
+				if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+					continue
+				}
+			}
+			idx := []int{r.LinkIndex}
+			for _, nh := range r.MultiPath {
+				idx = append(idx, nh.LinkIndex)
+			}
+			for _, i := range idx {
+				if i == 0 {
+					continue
+				}
+				l, err := netlink.LinkByIndex(i)
+				if err != nil {
+					return nil, fmt.Errorf("default route's link %d: %w", i, err)
+				}
+				names = append(names, l.Attrs().Name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}

@@ -143,6 +143,16 @@ func ReleaseChains(cfg Config, released bool) []ReleaseChain {
 			&expr.Verdict{Kind: expr.VerdictReturn},
 		},
 	})
+	for _, name := range cfg.ReleaseSkipInterfaces {
+		pre.Rules = append(pre.Rules, ReleaseRule{
+			Comment: "from outside the node's networks: arrives on " + name,
+			Exprs: []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name)},
+				&expr.Verdict{Kind: expr.VerdictReturn},
+			},
+		})
+	}
 	out.Rules = append(out.Rules, untracked)
 	// served holds the exemptions of queries a local socket serves, alone
 	// in a chain of its own so that Release and Teardown swap them with
@@ -215,6 +225,14 @@ func ReleaseChains(cfg Config, released bool) []ReleaseChain {
 		}
 	}
 	return []ReleaseChain{served, pre, out}
+}
+
+// ifname is an interface name as the kernel compares it: IFNAMSIZ bytes,
+// NUL-padded.
+func ifname(name string) []byte {
+	b := make([]byte, 16)
+	copy(b, name)
+	return b
 }
 
 func concat(parts ...[]expr.Any) []expr.Any {

@@ -258,6 +258,16 @@ func testReleaseTable(t *testing.T, mode nodenet.Mode, local string, hostCovered
 		ReleaseTo:    mustIPs(t, cluster),
 		SyncInterval: time.Hour,
 	}
+	// node-ip mode: a host outside the node's networks, on a link of its
+	// own, which the frontend would find carrying a default route.
+	var outside *netnstest.NetNS
+	if mode == nodenet.ModeNodeIP {
+		outside = netnstest.New(t, "outside")
+		netnstest.Link(t, node, "out0", []string{"10.0.2.1/24"}, outside, "eth0", []string{"10.0.2.2/24"})
+		outside.Run("ip", "route", "add", "10.244.0.0/16", "via", "10.0.2.1")
+		ep.Run("ip", "route", "add", "10.0.2.0/24", "via", "10.0.1.1")
+		cfg.ReleaseSkipInterfaces = []string{"out0"}
+	}
 	m := newManager(t, node, cfg)
 	ctx := context.Background()
 	// Whatever happens, leave no table behind in the namespace (which is
@@ -326,6 +336,14 @@ func testReleaseTable(t *testing.T, mode nodenet.Mode, local string, hostCovered
 		t.Fatal("Teardown deleted the release table")
 	}
 	askAll(t, pod, addr, endpointAns, "after teardown, pod")
+	if mode == nodenet.ModeNodeIP {
+		// A host outside the node's networks, arriving on the default
+		// route's interface, gets nothing from the node IP: no open
+		// resolver left behind.
+		if got, err := ask(outside, "udp", addr, "outside.example.", 500*time.Millisecond); err == nil {
+			t.Errorf("after teardown, a host outside the node's networks got %q from %s", got, addr)
+		}
+	}
 	if hostCovered {
 		askAll(t, node, addr, endpointAns, "after teardown, host process")
 	}
