@@ -58,6 +58,12 @@ func diagnoseCmd(args []string, stdout, stderr io.Writer) int {
 		KubeletConfig:   *kubelet,
 		Timeout:         *timeout,
 	}
+	if dc.Net.Mode == nodenet.ModeNodeIP && cfg.setupNetwork {
+		// As the frontend computes them (network.go): the table to expect.
+		if ifs, err := nodenet.DefaultRouteInterfaces(); err == nil {
+			dc.Net.ReleaseSkipInterfaces = ifs
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if !diagnose.Write(stdout, diagnose.Run(ctx, dc)) {
