@@ -182,6 +182,12 @@ func testTakeover(t *testing.T, backend nodenet.Backend) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	waitFor(t, 5*time.Second, "first sync", func() bool { ok, _ := m.Status(); return ok })
+	// The pod's IPv6 route needs its link's own addresses through duplicate
+	// address detection first; on a loaded machine the first query may
+	// come before that (a timeout in one of several full-package runs).
+	waitFor(t, 10*time.Second, "IPv6 path from the pod", func() bool {
+		return query(pod, "udp", "["+linkLocal6+"]:53") == nil
+	})
 
 	for _, addr := range []string{linkLocal + ":53", clusterIP + ":53", "[" + linkLocal6 + "]:53"} {
 		for _, network := range []string{"udp", "tcp"} {
