@@ -110,8 +110,12 @@ type Handoff struct {
 // at once, without waiting.
 func (h *Handoff) ScaleDown(ctx context.Context) error {
 	d, err := h.deployment(ctx)
-	if err != nil || d == nil {
+	if err != nil {
 		return err
+	}
+	if d == nil {
+		h.Logf("no Deployment %s/%s: nothing to hand off", h.Namespace, h.Deployment)
+		return nil
 	}
 	// At 0 already (an upgrade after the install): nothing to wait for. A
 	// rollout of many nodes, one at a time, may take longer than a hook.
@@ -167,6 +171,9 @@ func (h *Handoff) ScaleDown(ctx context.Context) error {
 	}
 	// Read again: the waits may have taken minutes.
 	if d, err = h.deployment(ctx); err != nil || d == nil {
+		if d == nil && err == nil {
+			h.Logf("no Deployment %s/%s any more: nothing to hand off", h.Namespace, h.Deployment)
+		}
 		return err
 	}
 	replicas := specReplicas(d)
@@ -358,7 +365,6 @@ func (h *Handoff) restore(ctx context.Context) error {
 func (h *Handoff) deployment(ctx context.Context) (*appsv1.Deployment, error) {
 	d, err := h.Client.AppsV1().Deployments(h.Namespace).Get(ctx, h.Deployment, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		h.Logf("no Deployment %s/%s: nothing to hand off", h.Namespace, h.Deployment)
 		return nil, nil
 	}
 	if err != nil {
