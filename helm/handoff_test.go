@@ -68,8 +68,8 @@ func TestHandoffHooks(t *testing.T) {
 				t.Errorf("%s: args %q have %s by default", hook, c.Args, a)
 			}
 		}
-		if verb == "scale-down" && !slices.Contains(c.Args, "--pod-ports=53") {
-			t.Errorf("%s: args %q lack --pod-ports=53 (the fallback port in iptables mode)", hook, c.Args)
+		if verb == "scale-down" && (!slices.Contains(c.Args, "--pod-ports=53") || !slices.Contains(c.Args, "--settle=30s")) {
+			t.Errorf("%s: args %q lack --pod-ports=53 (the fallback port in iptables mode) or --settle=30s", hook, c.Args)
 		}
 		// A refusal (exit 3) fails the Job at once: the uninstall stops
 		// without three runs' back-off.
