@@ -32,6 +32,11 @@ import (
 // replicas Restore gives it back.
 const ReplicasAnnotation = "nodedns.io/coredns-replicas"
 
+// StatusAnnotation is set on the Deployment when ScaleDown leaves it
+// serving beside nodedns: why, and what to do. The hook's log says so too,
+// but a Job that succeeds is deleted with it. The scale-down removes it.
+const StatusAnnotation = "nodedns.io/handoff"
+
 // DefaultPoll is how often the waits read the API server: a rollout or a
 // Deployment becoming available takes seconds, and each read is one GET or
 // LIST in the release namespace.
@@ -109,6 +114,19 @@ type Handoff struct {
 // A Deployment that does not exist, or is at 0 already, is left as it is
 // at once, without waiting.
 func (h *Handoff) ScaleDown(ctx context.Context) error {
+	err := h.scaleDown(ctx)
+	var co *Coexist
+	if errors.As(err, &co) {
+		// Best effort: the reason is in the log either way.
+		note := map[string]any{"metadata": map[string]any{"annotations": map[string]any{StatusAnnotation: "CoreDNS stays, serving beside nodedns: " + co.Reason}}}
+		if perr := h.patch(ctx, note); perr != nil {
+			h.Logf("could not record why on the Deployment: %v", perr)
+		}
+	}
+	return err
+}
+
+func (h *Handoff) scaleDown(ctx context.Context) error {
 	d, err := h.deployment(ctx)
 	if err != nil {
 		return err
@@ -182,7 +200,7 @@ func (h *Handoff) ScaleDown(ctx context.Context) error {
 		return nil
 	}
 	patch := map[string]any{
-		"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: strconv.Itoa(int(replicas))}},
+		"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: strconv.Itoa(int(replicas)), StatusAnnotation: nil}},
 		"spec":     map[string]any{"replicas": 0},
 	}
 	if err := h.patch(ctx, patch); err != nil {

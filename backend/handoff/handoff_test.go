@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -300,7 +301,12 @@ func TestScaleDownCoexists(t *testing.T) {
 				}
 			}
 			if n := patches(c); n != 0 {
-				t.Errorf("%d patches of the Deployment, want none", n)
+				t.Errorf("%d patches of the Deployment's replicas, want none", n)
+			}
+			// The reason stays on the Deployment: the Job that logged it
+			// is deleted once it succeeds.
+			if got := status(t, c); !strings.Contains(got, co.Reason) {
+				t.Errorf("%s=%q, want the reason", StatusAnnotation, got)
 			}
 			if exitCode(err, "scale-down", time.Minute, t.Logf) != 0 {
 				t.Errorf("a Coexist does not exit 0")
@@ -317,15 +323,25 @@ func manyNodes(n int) []runtime.Object {
 	return out
 }
 
-// patches counts the patches of the Deployment.
+// patches counts the patches of the Deployment's replicas.
 func patches(c *fake.Clientset) int {
 	n := 0
 	for _, a := range c.Actions() {
-		if a.GetVerb() == "patch" && a.GetResource().Resource == "deployments" {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "deployments" && strings.Contains(string(p.GetPatch()), `"replicas"`) {
 			n++
 		}
 	}
 	return n
+}
+
+// status returns the Deployment's StatusAnnotation.
+func status(t *testing.T, c *fake.Clientset) string {
+	t.Helper()
+	d, err := c.AppsV1().Deployments(ns).Get(context.Background(), "coredns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Annotations[StatusAnnotation]
 }
 
 // TestScaleDownOverrideReconciler: with OverrideReconciler a Deployment
@@ -334,12 +350,16 @@ func patches(c *fake.Clientset) int {
 func TestScaleDownOverrideReconciler(t *testing.T) {
 	d := deployment(2, "", 2)
 	d.Labels = map[string]string{"addonmanager.kubernetes.io/mode": "Reconcile"}
+	d.Annotations = map[string]string{StatusAnnotation: "CoreDNS stays, serving beside nodedns: an earlier run's reason"}
 	h, c, log := newHandoff(t, cat(daemonSet(1, 1), served(1), []runtime.Object{d})...)
 	h.OverrideReconciler = true
 	if err := h.ScaleDown(context.Background()); err != nil {
 		t.Fatalf("ScaleDown: %v\n%s", err, log)
 	}
 	checkDeployment(t, c, 0, "2")
+	if got := status(t, c); got != "" {
+		t.Errorf("after the scale-down %s=%q, want none", StatusAnnotation, got)
+	}
 
 	h, c, log = newHandoff(t, cat(daemonSet(1, 1), served(1), []runtime.Object{d, autoscaler("kube-dns-autoscaler", 1, "--target=Deployment/coredns")})...)
 	h.OverrideReconciler = true
