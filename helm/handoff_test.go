@@ -145,9 +145,14 @@ func TestHandoffHooks(t *testing.T) {
 		}
 	}
 
+	// NOTES.txt tells where the reason is when CoreDNS stays.
+	if !strings.Contains(r.Notes, "kubectl -n kube-system get deployment coredns") || !strings.Contains(r.Notes, `nodedns\.io/handoff`) {
+		t.Errorf("NOTES.txt does not say how to see why CoreDNS stays:\n%s", r.Notes)
+	}
+
 	// coreDNS.deployment "" turns the handoff off: no hooks, no Role.
 	r, objs, _ = render(t, `coreDNS: {deployment: ""}`)
-	if len(r.Hooks) != 0 || Find(objs, "Role", "nodedns-handoff") != nil || Find(objs, "ClusterRole", "nodedns-handoff") != nil {
+	if len(r.Hooks) != 0 || Find(objs, "Role", "nodedns-handoff") != nil || Find(objs, "ClusterRole", "nodedns-handoff") != nil || strings.Contains(r.Notes, "io/handoff") {
 		t.Errorf("coreDNS.deployment \"\": %d hooks, objects %s", len(r.Hooks), Kinds(objs))
 	}
 }
