@@ -195,7 +195,7 @@ func TestScaleDown(t *testing.T) {
 			if tc.name == "named targetPort declared" {
 				declarePort(t, c, "dns", 53)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			err := h.ScaleDown(ctx)
 			if !matches(err, tc.wantErr) {
@@ -396,7 +396,7 @@ func setReplicasWhenZero(ctx context.Context, t *testing.T, c *fake.Clientset, n
 // and neither it nor the next upgrade's run scales it down again.
 func TestScaleDownReplicasComeBack(t *testing.T) {
 	h, c, log := newHandoff(t, cat(daemonSet(2, 2), served(2), []runtime.Object{deployment(2, "", 2)})...)
-	h.Settle = 300 * time.Millisecond
+	h.Settle = 2 * time.Second // ends as soon as the replicas are back
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	done := setReplicasWhenZero(ctx, t, c, 4)
