@@ -135,9 +135,15 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 		h.Logf("no Deployment %s/%s: nothing to hand off", h.Namespace, h.Deployment)
 		return nil
 	}
-	// At 0 already (an upgrade after the install): nothing to wait for. A
-	// rollout of many nodes, one at a time, may take longer than a hook.
+	// At 0 already (an upgrade after the install): no rollout to wait
+	// for (one of many nodes, one at a time, may take longer than a
+	// hook), but an upgrade that leaves nodes out needs CoreDNS back.
 	if specReplicas(d) == 0 {
+		if rec, ok := d.Annotations[ReplicasAnnotation]; ok {
+			if err := h.keepCoverage(ctx, d, rec); err != nil {
+				return err
+			}
+		}
 		h.Logf("Deployment %s/%s is at 0 replicas already (%s=%q): nothing to scale down", h.Namespace, h.Deployment, ReplicasAnnotation, d.Annotations[ReplicasAnnotation])
 		return nil
 	}
@@ -284,6 +290,63 @@ func (h *Handoff) cameBack(replicas int32, scaled time.Time) error {
 	return coexist("Deployment %s/%s is back at %d replicas %s after nodedns scaled it to 0: something owns its replicas (an autoscaler, an add-on manager, GitOps, a person), and nodedns does not scale it down again. "+
 		"Once it no longer does, remove the annotation %s and run helm upgrade to hand off again",
 		h.Namespace, h.Deployment, replicas, time.Since(scaled).Round(time.Second), ReplicasAnnotation)
+}
+
+// keepCoverage, for a Deployment nodedns scaled to 0 (rec replicas
+// recorded), scales it back when the DaemonSet no longer has a pod, ready
+// or not, on some schedulable Linux node: an upgrade's nodeSelector,
+// affinity or tolerations left it out. Nodes whose pod is still starting
+// (a rollout, a new node) are not counted: it will serve them.
+func (h *Handoff) keepCoverage(ctx context.Context, d *appsv1.Deployment, rec string) error {
+	var ds *appsv1.DaemonSet
+	// The DaemonSet's controller must have seen the upgrade's spec
+	// before its pods say which nodes it covers.
+	err := h.waitBounded(ctx, func() (bool, error) {
+		var err error
+		ds, err = h.Client.AppsV1().DaemonSets(h.Namespace).Get(ctx, h.DaemonSet, metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Errorf("get DaemonSet %s/%s: %w", h.Namespace, h.DaemonSet, err)
+		}
+		return ds.Status.ObservedGeneration >= ds.Generation, nil
+	})
+	if errors.Is(err, errBound) {
+		h.Logf("DaemonSet %s/%s: its controller has not seen generation %d after %s; its coverage is not checked", h.Namespace, h.DaemonSet, ds.Generation, h.converge())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	nodes, err := h.schedulableNodes(ctx)
+	if err != nil {
+		return err
+	}
+	pods, err := h.listPods(ctx, ds)
+	if err != nil {
+		return err
+	}
+	onNode := map[string]string{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			onNode[p.Name] = p.Spec.NodeName
+		}
+	}
+	out := uncovered(nodes, onNode)
+	if len(out) == 0 {
+		return nil
+	}
+	n, err := strconv.ParseInt(rec, 10, 32)
+	if err != nil || n < 1 {
+		n = int64(h.Replicas)
+	}
+	back := map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: nil}},
+		"spec":     map[string]any{"replicas": n},
+	}
+	if err := h.patch(ctx, back); err != nil {
+		return fmt.Errorf("DaemonSet %s/%s has no pod on %s, and scaling Deployment %s/%s back to %d failed: %w", h.Namespace, h.DaemonSet, named(out), h.Namespace, h.Deployment, n, err)
+	}
+	return coexist("DaemonSet %s/%s has no pod on %d of %d schedulable Linux nodes (%s) since this upgrade: Deployment %s/%s scaled back to %d replicas to serve them",
+		h.Namespace, h.DaemonSet, len(out), len(nodes), named(out), h.Namespace, h.Deployment, n)
 }
 
 // coverage checks that the DaemonSet, rolled out, runs a ready pod on

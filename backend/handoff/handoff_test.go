@@ -171,8 +171,8 @@ func TestScaleDown(t *testing.T) {
 		{"one pod not ready", cat(daemonSet(2, 1), served(2), []runtime.Object{deployment(2, "", 2)}), context.DeadlineExceeded, 2, "", "1 of 2 pods ready"},
 		{"no node", append(daemonSet(0, 0), deployment(2, "", 2)), context.DeadlineExceeded, 2, "", "0 nodes"},
 		{"no DaemonSet", []runtime.Object{deployment(2, "", 2)}, errNotFound, 2, "", ""},
-		{"at 0 already", append(daemonSet(2, 2), deployment(0, "2", 0)), nil, 0, "2", "nothing to scale down"},
-		{"at 0 already, rollout under way", append(daemonSet(2, 1), deployment(0, "2", 0)), nil, 0, "2", "nothing to scale down"},
+		{"at 0 already", cat(daemonSet(2, 2), served(2), []runtime.Object{deployment(0, "2", 0)}), nil, 0, "2", "nothing to scale down"},
+		{"at 0 already, rollout under way", cat(daemonSet(2, 1), served(2), []runtime.Object{deployment(0, "2", 0)}), nil, 0, "2", "nothing to scale down"},
 		{"no Deployment", daemonSet(2, 2), nil, -1, "", "nothing to hand off"},
 		// Nodes that run no pods need no nodedns pod: cordoned, NotReady,
 		// Windows.
@@ -601,4 +601,18 @@ func TestRestoreRefusal(t *testing.T) {
 		t.Fatalf("Restore with AllowNoDNS, never available: %v\n%s", err, log)
 	}
 	checkDeployment(t, c, 3, "3")
+}
+
+// TestScaleDownUpgradeUncovers: CoreDNS is at 0 from an earlier install and
+// an upgrade leaves a node without a nodedns pod (a new nodeSelector): the
+// hook gives CoreDNS its recorded replicas back and says why.
+func TestScaleDownUpgradeUncovers(t *testing.T) {
+	h, c, log := newHandoff(t, cat(daemonSet(2, 2), served(2), []runtime.Object{node("node-2", false), deployment(0, "3", 0)})...)
+	err := h.ScaleDown(context.Background())
+	var co *Coexist
+	if !errors.As(err, &co) || !strings.Contains(co.Reason, "no pod on 1 of 3 schedulable Linux nodes (node-2) since this upgrade") ||
+		!strings.Contains(co.Reason, "scaled back to 3 replicas") {
+		t.Fatalf("ScaleDown: %v, want a Coexist scaling CoreDNS back\n%s", err, log)
+	}
+	checkDeployment(t, c, 3, "")
 }
