@@ -4,11 +4,14 @@
 // install and upgrade, and `nodedns-backend handoff restore` before
 // uninstall.
 //
-// Both kinds of pods are endpoints of the kube-dns Service at once (the
-// nodedns pods carry its k8s-app label and serve its target ports), so
-// the handoff is only a matter of order: scale the Deployment away once
-// every node runs a ready nodedns pod, and bring it back, available,
-// before the DaemonSet goes.
+// Both kinds of pods are endpoints of the kube-dns Service at once (on
+// kubeadm's Service the nodedns pods carry its k8s-app label and serve its
+// target ports), so the handoff is a matter of order: scale the Deployment
+// away once every node runs a ready nodedns pod behind the Service, and
+// bring it back, available, before the DaemonSet goes. Where the cluster
+// differs (the Service does not select nodedns, nodes are left out,
+// something else owns the Deployment's replicas) the Deployment stays,
+// serving beside nodedns, and the handoff says why (Coexist).
 package handoff
 
 import (
@@ -111,8 +114,11 @@ type Handoff struct {
 // Deployment until Settle has passed since the scale-down: replicas that
 // come back belong to someone else, and are left as they are.
 //
-// A Deployment that does not exist, or is at 0 already, is left as it is
-// at once, without waiting.
+// A Deployment that does not exist is left as it is at once. One at 0
+// already (an upgrade) is scaled back when the DaemonSet no longer has a
+// pod on every schedulable Linux node (keepCoverage), else left as it is,
+// without waiting for the rollout. The reason for a Coexist is also
+// recorded in StatusAnnotation on the Deployment.
 func (h *Handoff) ScaleDown(ctx context.Context) error {
 	err := h.scaleDown(ctx)
 	var co *Coexist
