@@ -243,23 +243,37 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 	if back > 0 {
 		return h.cameBack(back, scaled)
 	}
-	if errors.Is(err, errBound) {
+	// Not converged within the bound, or the hook's own time ran out:
+	// either way CoreDNS goes back to what it had.
+	if errors.Is(err, errBound) || (err != nil && ctx.Err() != nil) {
 		var why []string
-		if m := eps.missing(nodes); len(m) > 0 {
-			why = append(why, "no ready nodedns endpoint on "+named(m))
+		if eps != nil {
+			if m := eps.missing(nodes); len(m) > 0 {
+				why = append(why, "no ready nodedns endpoint on "+named(m))
+			}
+			if len(eps.others) > 0 {
+				why = append(why, "ready endpoints that are not nodedns pods: "+named(eps.others))
+			}
 		}
-		if len(eps.others) > 0 {
-			why = append(why, "ready endpoints that are not nodedns pods: "+named(eps.others))
+		if !errors.Is(err, errBound) {
+			why = append(why, err.Error())
 		}
 		// Give it back what it had, and drop the record, so that a later
-		// upgrade tries again.
+		// upgrade tries again. ctx may be over: the rollback gets its own.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
 		rb := map[string]any{
 			"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: nil}},
 			"spec":     map[string]any{"replicas": replicas},
 		}
-		if err := h.patch(ctx, rb); err != nil {
+		if perr := h.patch(rctx, rb); perr != nil {
 			return fmt.Errorf("Service %s/%s did not converge to nodedns pods (%s), and scaling Deployment %s/%s back to %d failed: %w",
-				h.Namespace, h.Service, strings.Join(why, "; "), h.Namespace, h.Deployment, replicas, err)
+				h.Namespace, h.Service, strings.Join(why, "; "), h.Namespace, h.Deployment, replicas, perr)
+		}
+		h.Logf("Deployment %s/%s scaled back to %d replicas", h.Namespace, h.Deployment, replicas)
+		if !errors.Is(err, errBound) {
+			return fmt.Errorf("Service %s/%s did not converge to nodedns pods before the hook's time ran out, Deployment %s/%s scaled back to %d replicas: %w",
+				h.Namespace, h.Service, h.Namespace, h.Deployment, replicas, err)
 		}
 		return coexist("%s after the scale-down, Service %s/%s still had %s: Deployment %s/%s scaled back to %d replicas",
 			h.converge(), h.Namespace, h.Service, strings.Join(why, "; "), h.Namespace, h.Deployment, replicas)

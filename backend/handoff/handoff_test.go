@@ -616,3 +616,19 @@ func TestScaleDownUpgradeUncovers(t *testing.T) {
 	}
 	checkDeployment(t, c, 3, "")
 }
+
+// TestScaleDownRollbackAtTimeout: the hook's own time runs out while the
+// Service still lists CoreDNS after the scale-down: CoreDNS is scaled
+// back all the same, and the hook fails.
+func TestScaleDownRollbackAtTimeout(t *testing.T) {
+	h, c, log := newHandoff(t, cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(2, "", 2), slice("kube-dns-2", "coredns-abc")})...)
+	h.Converge = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := h.ScaleDown(ctx)
+	var co *Coexist
+	if err == nil || errors.As(err, &co) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ScaleDown: %v, want the deadline's failure\n%s", err, log)
+	}
+	checkDeployment(t, c, 2, "")
+}
