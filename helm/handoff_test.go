@@ -57,7 +57,7 @@ func TestHandoffHooks(t *testing.T) {
 		if !slices.Equal(c.Command, want) || c.Image != "ghcr.io/nodedns/nodedns-backend:v1.2.3" {
 			t.Errorf("%s: %s %q, want the backend image and %q", hook, c.Image, c.Command, want)
 		}
-		for _, a := range []string{"--namespace=kube-system", "--deployment=dns", "--daemonset=nodedns", "--replicas=3", "--timeout=240s", "--service=kube-dns"} {
+		for _, a := range []string{"--namespace=kube-system", "--deployment=dns", "--daemonset=nodedns", "--replicas=3", "--timeout=220s", "--service=kube-dns"} {
 			if !slices.Contains(c.Args, a) {
 				t.Errorf("%s: args %q lack %s", hook, c.Args, a)
 			}
