@@ -161,6 +161,10 @@ func chartValues(frontend testbed.Archive, mode string) map[string]any {
 		"mode":     mode,
 		"service":  map[string]any{"clusterIP": testbed.DNSServiceIP, "create": false},
 		"fallback": map[string]any{"clusterIP": "10.96.0.11", "allowedNetworks": []any{testbed.PodSubnet, testbed.NodeSubnet}},
+		// No autoscaler or reconciler here: the hook's watch for CoreDNS
+		// coming back (30 s by default, TestHelmInstallReplacesCoreDNS
+		// keeps it) only lengthens the run.
+		"coreDNS": map[string]any{"settleSeconds": 5},
 		"image": map[string]any{
 			"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
 			"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},

@@ -2,17 +2,20 @@ package helm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodedns/nodedns/backend/handoff"
 	"github.com/nodedns/nodedns/testbed"
@@ -21,7 +24,9 @@ import (
 // TestHandoffAsChartRole runs the handoff (backend/handoff) against a real
 // kube-apiserver with the credentials of the chart's handoff
 // ServiceAccount and nothing more: the Role the chart renders is enough
-// for scale-down and restore, and reaches no other Deployment. The
+// for scale-down (its checks included: nodes, the kube-dns Service and its
+// EndpointSlices, the Deployments) and restore, and reaches no other
+// Deployment. The
 // testbed runs no controllers: the test writes the statuses the DaemonSet
 // and Deployment controllers would.
 func TestHandoffAsChartRole(t *testing.T) {
@@ -41,6 +46,14 @@ func TestHandoffAsChartRole(t *testing.T) {
 			_, err = c.RbacV1().Roles(ns).Create(ctx, v, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
 			_, err = c.RbacV1().RoleBindings(ns).Create(ctx, v, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			if v.Name == "nodedns-handoff" {
+				_, err = c.RbacV1().ClusterRoles().Create(ctx, v, metav1.CreateOptions{})
+			}
+		case *rbacv1.ClusterRoleBinding:
+			if v.Name == "nodedns-handoff" {
+				_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, v, metav1.CreateOptions{})
+			}
 		case *appsv1.DaemonSet:
 			_, err = c.AppsV1().DaemonSets(ns).Create(ctx, v, metav1.CreateOptions{})
 		}
@@ -60,12 +73,22 @@ func TestHandoffAsChartRole(t *testing.T) {
 	yes := true
 	var pods []*corev1.Pod
 	for i := range 2 {
+		// Two Ready Linux nodes, one nodedns pod on each.
+		n, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", i),
+			Labels: map[string]string{corev1.LabelOSStable: "linux"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		p, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("nodedns-%d", i), Labels: ds.Spec.Template.Labels,
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: &yes}}},
 			// The chart's ServiceAccount: the testbed runs no controller
 			// that would create "default".
-			Spec: corev1.PodSpec{ServiceAccountName: "nodedns", Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+			Spec: corev1.PodSpec{NodeName: n.Name, ServiceAccountName: "nodedns", Containers: []corev1.Container{{Name: "c", Image: "x"}}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -104,14 +127,33 @@ func TestHandoffAsChartRole(t *testing.T) {
 		}
 	}
 	setDeploymentStatus(2)
+	// kube-dns's EndpointSlice as the controller (not run here) would
+	// write it once both nodedns pods are ready: both, on kubeadm's ports.
+	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-nodedns", Labels: map[string]string{discoveryv1.LabelServiceName: "kube-dns"}},
+		AddressType: discoveryv1.AddressTypeIPv4}
+	for _, p := range []struct {
+		name  string
+		proto corev1.Protocol
+		port  int32
+	}{{"dns", corev1.ProtocolUDP, 53}, {"dns-tcp", corev1.ProtocolTCP, 53}, {"metrics", corev1.ProtocolTCP, 9153}} {
+		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.name), Protocol: ptr.To(p.proto), Port: ptr.To(p.port)})
+	}
+	for i, p := range pods {
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("192.0.2.%d", i+1)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}, NodeName: ptr.To(p.Spec.NodeName),
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name}})
+	}
+	if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	saCfg, err := tb.ServiceAccountRestConfig(ctx, ns, "nodedns-handoff")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sa := kubernetes.NewForConfigOrDie(saCfg)
-	h := &handoff.Handoff{Client: sa, Namespace: ns, Deployment: "coredns", DaemonSet: "nodedns", Replicas: 5,
-		Poll: 100 * time.Millisecond, Logf: t.Logf}
+	h := &handoff.Handoff{Client: sa, Namespace: ns, Deployment: "coredns", DaemonSet: "nodedns", Service: "kube-dns", Replicas: 5,
+		Poll: 100 * time.Millisecond, Settle: 500 * time.Millisecond, Converge: 10 * time.Second, Logf: t.Logf}
 	replicas := func() (int32, string) {
 		t.Helper()
 		d, err := c.AppsV1().Deployments(ns).Get(ctx, "coredns", metav1.GetOptions{})
@@ -178,5 +220,24 @@ func TestHandoffAsChartRole(t *testing.T) {
 	}
 	if _, err := sa.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("list secrets: %v, want Forbidden", err)
+	}
+	// Read-only beyond that Deployment: no other Service, no writes to
+	// nodes or slices.
+	if _, err := sa.CoreV1().Services(ns).Get(ctx, "nodedns-fallback", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("get another Service: %v, want Forbidden", err)
+	}
+	if err := sa.CoreV1().Nodes().Delete(ctx, "node-0", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("delete a node: %v, want Forbidden", err)
+	}
+	if err := sa.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "kube-dns-nodedns", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("delete an EndpointSlice: %v, want Forbidden", err)
+	}
+	// Restore with no Deployment: refused, as the chart's ServiceAccount.
+	if err := c.AppsV1().Deployments(ns).Delete(ctx, "coredns", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var refusal *handoff.Refusal
+	if err := h.Restore(ctx); !errors.As(err, &refusal) {
+		t.Errorf("restore without a Deployment: %v, want a refusal", err)
 	}
 }

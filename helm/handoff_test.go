@@ -57,10 +57,26 @@ func TestHandoffHooks(t *testing.T) {
 		if !slices.Equal(c.Command, want) || c.Image != "ghcr.io/nodedns/nodedns-backend:v1.2.3" {
 			t.Errorf("%s: %s %q, want the backend image and %q", hook, c.Image, c.Command, want)
 		}
-		for _, a := range []string{"--namespace=kube-system", "--deployment=dns", "--daemonset=nodedns", "--replicas=3", "--timeout=240s"} {
+		for _, a := range []string{"--namespace=kube-system", "--deployment=dns", "--daemonset=nodedns", "--replicas=3", "--timeout=220s", "--service=kube-dns"} {
 			if !slices.Contains(c.Args, a) {
 				t.Errorf("%s: args %q lack %s", hook, c.Args, a)
 			}
+		}
+		// The flags the operator opts into are off by default.
+		for _, a := range []string{"--allow-no-dns", "--override-reconciler"} {
+			if slices.Contains(c.Args, a) {
+				t.Errorf("%s: args %q have %s by default", hook, c.Args, a)
+			}
+		}
+		if verb == "scale-down" && (!slices.Contains(c.Args, "--pod-ports=53") || !slices.Contains(c.Args, "--settle=30s")) {
+			t.Errorf("%s: args %q lack --pod-ports=53 (the fallback port in iptables mode) or --settle=30s", hook, c.Args)
+		}
+		// A refusal (exit 3) fails the Job at once: the uninstall stops
+		// without three runs' back-off.
+		pfp := j.Spec.PodFailurePolicy
+		if pfp == nil || len(pfp.Rules) != 1 || pfp.Rules[0].Action != batchv1.PodFailurePolicyActionFailJob || pfp.Rules[0].OnExitCodes == nil ||
+			!slices.Equal(pfp.Rules[0].OnExitCodes.Values, []int32{3}) || pfp.Rules[0].OnExitCodes.Operator != batchv1.PodFailurePolicyOnExitCodesOpIn {
+			t.Errorf("%s: podFailurePolicy %+v, want FailJob on exit code 3", hook, pfp)
 		}
 		if pod.ServiceAccountName != "nodedns-handoff" || pod.RestartPolicy != corev1.RestartPolicyNever {
 			t.Errorf("%s: serviceAccount %q restartPolicy %q", hook, pod.ServiceAccountName, pod.RestartPolicy)
@@ -82,17 +98,61 @@ func TestHandoffHooks(t *testing.T) {
 	for _, r := range role.Rules {
 		rules = append(rules, strings.Join(r.APIGroups, ",")+"/"+strings.Join(r.Resources, ",")+" "+strings.Join(r.ResourceNames, ",")+": "+strings.Join(r.Verbs, ","))
 	}
-	want := []string{"apps/deployments dns: get,patch", "apps/daemonsets nodedns: get", "/pods : list"}
+	// Write access to the one Deployment; the rest is what the checks
+	// read: Deployments (autoscalers), the pods, the DNS Service and its
+	// EndpointSlices.
+	want := []string{"apps/deployments dns: get,patch", "apps/deployments : list", "apps/daemonsets nodedns: get", "/pods : list",
+		"/services kube-dns: get", "discovery.k8s.io/endpointslices : list"}
 	if !slices.Equal(rules, want) {
 		t.Errorf("Role rules %q, want %q", rules, want)
 	}
 	if Find(objs, "ServiceAccount", "nodedns-handoff") == nil || Find(objs, "RoleBinding", "nodedns-handoff") == nil {
 		t.Errorf("no ServiceAccount or RoleBinding nodedns-handoff: %s", Kinds(objs))
 	}
+	// Cluster-wide: listing the nodes, nothing else.
+	cr, _ := Find(objs, "ClusterRole", "nodedns-handoff").(*rbacv1.ClusterRole)
+	crb, _ := Find(objs, "ClusterRoleBinding", "nodedns-handoff").(*rbacv1.ClusterRoleBinding)
+	if cr == nil || len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"nodes"}) || !slices.Equal(cr.Rules[0].Verbs, []string{"list"}) ||
+		!slices.Equal(cr.Rules[0].APIGroups, []string{""}) || len(cr.Rules[0].ResourceNames) != 0 {
+		t.Errorf("ClusterRole nodedns-handoff %+v, want nodes: list only", cr)
+	}
+	if crb == nil || crb.RoleRef.Name != "nodedns-handoff" || len(crb.Subjects) != 1 || crb.Subjects[0].Name != "nodedns-handoff" || crb.Subjects[0].Namespace != "kube-system" {
+		t.Errorf("ClusterRoleBinding nodedns-handoff %+v does not bind the hooks' ServiceAccount", crb)
+	}
+
+	// The operator's values reach the flags: another Service, the ports
+	// of node-ip mode, the two opt-ins (each on its verb only).
+	r, _, _ = render(t, "mode: node-ip\nservice: {name: rke2-coredns-rke2-coredns, clusterIP: 10.43.0.10}\nfallback: {clusterIP: 10.43.0.11}\ncoreDNS: {overrideReconciler: true, allowUninstallWithoutDNS: true}")
+	jobs = handoffJobs(t, r)
+	for hook, wantArgs := range map[string][]string{
+		"post-install,post-upgrade": {"--service=rke2-coredns-rke2-coredns", "--pod-ports=5301,53", "--override-reconciler"},
+		"pre-delete":                {"--service=rke2-coredns-rke2-coredns", "--allow-no-dns"},
+	} {
+		j := jobs[hook]
+		if j == nil {
+			t.Fatalf("no %s hook", hook)
+		}
+		args := j.Spec.Template.Spec.Containers[0].Args
+		for _, a := range wantArgs {
+			if !slices.Contains(args, a) {
+				t.Errorf("%s: args %q lack %s", hook, args, a)
+			}
+		}
+		for _, a := range []string{"--allow-no-dns", "--override-reconciler", "--pod-ports=5301,53"} {
+			if !slices.Contains(wantArgs, a) && slices.Contains(args, a) {
+				t.Errorf("%s: args %q have %s, which is the other verb's", hook, args, a)
+			}
+		}
+	}
+
+	// NOTES.txt tells where the reason is when CoreDNS stays.
+	if !strings.Contains(r.Notes, "kubectl -n kube-system get deployment coredns") || !strings.Contains(r.Notes, `nodedns\.io/handoff`) {
+		t.Errorf("NOTES.txt does not say how to see why CoreDNS stays:\n%s", r.Notes)
+	}
 
 	// coreDNS.deployment "" turns the handoff off: no hooks, no Role.
 	r, objs, _ = render(t, `coreDNS: {deployment: ""}`)
-	if len(r.Hooks) != 0 || Find(objs, "Role", "nodedns-handoff") != nil {
+	if len(r.Hooks) != 0 || Find(objs, "Role", "nodedns-handoff") != nil || Find(objs, "ClusterRole", "nodedns-handoff") != nil || strings.Contains(r.Notes, "io/handoff") {
 		t.Errorf("coreDNS.deployment \"\": %d hooks, objects %s", len(r.Hooks), Kinds(objs))
 	}
 }

@@ -4,18 +4,23 @@
 // install and upgrade, and `nodedns-backend handoff restore` before
 // uninstall.
 //
-// Both kinds of pods are endpoints of the kube-dns Service at once (the
-// nodedns pods carry its k8s-app label and serve its target ports), so
-// the handoff is only a matter of order: scale the Deployment away once
-// every node runs a ready nodedns pod, and bring it back, available,
-// before the DaemonSet goes.
+// Both kinds of pods are endpoints of the kube-dns Service at once (on
+// kubeadm's Service the nodedns pods carry its k8s-app label and serve its
+// target ports), so the handoff is a matter of order: scale the Deployment
+// away once every node runs a ready nodedns pod behind the Service, and
+// bring it back, available, before the DaemonSet goes. Where the cluster
+// differs (the Service does not select nodedns, nodes are left out,
+// something else owns the Deployment's replicas) the Deployment stays,
+// serving beside nodedns, and the handoff says why (Coexist).
 package handoff
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -30,10 +35,26 @@ import (
 // replicas Restore gives it back.
 const ReplicasAnnotation = "nodedns.io/coredns-replicas"
 
+// StatusAnnotation is set on the Deployment when ScaleDown leaves it
+// serving beside nodedns: why, and what to do. The hook's log says so too,
+// but a Job that succeeds is deleted with it. The scale-down removes it.
+const StatusAnnotation = "nodedns.io/handoff"
+
 // DefaultPoll is how often the waits read the API server: a rollout or a
 // Deployment becoming available takes seconds, and each read is one GET or
 // LIST in the release namespace.
 const DefaultPoll = 2 * time.Second
+
+// DefaultSettle is how long ScaleDown watches the Deployment after scaling
+// it to 0 for something scaling it back: a cluster-proportional-autoscaler
+// polls every 10 s by default, an add-on manager every minute at most.
+const DefaultSettle = 30 * time.Second
+
+// DefaultConverge bounds each wait for the DNS Service's endpoints: for a
+// nodedns pod on every node before the scale-down, for nodedns pods only
+// after it. The EndpointSlice controller follows a pod's readiness within
+// a second or so; a minute without is a Service that will not.
+const DefaultConverge = time.Minute
 
 // Handoff is one handoff between Deployment and DaemonSet in Namespace.
 type Handoff struct {
@@ -44,35 +65,145 @@ type Handoff struct {
 	Deployment string
 	// DaemonSet is nodedns's.
 	DaemonSet string
+	// Service is the DNS Service whose ClusterIP is the pods' nameserver
+	// (kubeadm: kube-dns; RKE2: rke2-coredns-rke2-coredns; kubespray:
+	// coredns).
+	Service string
+	// PodPorts are the node ports on which the nodedns pods serve DNS (the
+	// backend's fallback listener, and the frontend's in node-ip mode): a
+	// DNS port of Service must target one of them. Empty means 53.
+	PodPorts []int32
 	// Replicas is what Restore scales a Deployment at 0 to when it carries
 	// no ReplicasAnnotation.
 	Replicas int32
 	// Poll is the waits' period; 0 means DefaultPoll.
 	Poll time.Duration
+	// Settle is how long after its scale-down the Deployment is watched
+	// for replicas coming back; 0 means DefaultSettle.
+	Settle time.Duration
+	// Converge bounds each wait for the Service's endpoints; 0 means
+	// DefaultConverge.
+	Converge time.Duration
+	// OverrideReconciler scales down a Deployment that an add-on manager
+	// or k3s marks as theirs: the operator knows they leave its replicas
+	// alone. Autoscalers are still detected and replicas coming back still
+	// stop the handoff.
+	OverrideReconciler bool
+	// AllowNoDNS lets Restore succeed when no Deployment exists or it does
+	// not become available: the operator accepts a cluster without DNS.
+	AllowNoDNS bool
 	// Logf prints one line of progress; always non-nil.
 	Logf func(format string, args ...any)
 }
 
-// ScaleDown waits until the DaemonSet is rolled out with every pod ready,
-// then scales the Deployment to 0 replicas, recording its replicas in
-// ReplicasAnnotation in the same write. A Deployment that does not exist,
-// or is at 0 already, is left as it is at once, without waiting.
+// ScaleDown removes the CoreDNS Deployment (scales it to 0, recording its
+// replicas in ReplicasAnnotation in the same write) only when that is
+// safe, and otherwise returns a *Coexist saying why, leaving it serving
+// beside nodedns. Safe means, in this order:
+//   - nothing else sets its replicas: no autoscaler targets it, no
+//     reconciler marks it, and nodedns did not scale it down before only
+//     for it to come back;
+//   - the DaemonSet is rolled out, with every pod ready;
+//   - it covers every schedulable Linux node (a partial rollout does not);
+//   - the DNS Service selects the nodedns pods, targets their DNS port, and
+//     its EndpointSlices list a ready nodedns pod on every such node.
+//
+// After the scale-down it waits (Converge) until the Service's ready
+// endpoints are nodedns pods only, still on every node, and scales the
+// Deployment back to what it had if they are not. Then it watches the
+// Deployment until Settle has passed since the scale-down: replicas that
+// come back belong to someone else, and are left as they are.
+//
+// A Deployment that does not exist is left as it is at once. One at 0
+// already (an upgrade) is scaled back when the DaemonSet no longer has a
+// pod on every schedulable Linux node (keepCoverage), else left as it is,
+// without waiting for the rollout. The reason for a Coexist is also
+// recorded in StatusAnnotation on the Deployment.
 func (h *Handoff) ScaleDown(ctx context.Context) error {
+	err := h.scaleDown(ctx)
+	var co *Coexist
+	if errors.As(err, &co) {
+		// Best effort: the reason is in the log either way.
+		note := map[string]any{"metadata": map[string]any{"annotations": map[string]any{StatusAnnotation: "CoreDNS stays, serving beside nodedns: " + co.Reason}}}
+		if perr := h.patch(ctx, note); perr != nil {
+			h.Logf("could not record why on the Deployment: %v", perr)
+		}
+	}
+	return err
+}
+
+func (h *Handoff) scaleDown(ctx context.Context) error {
 	d, err := h.deployment(ctx)
-	if err != nil || d == nil {
+	if err != nil {
 		return err
 	}
-	// At 0 already (an upgrade after the install): nothing to wait for. A
-	// rollout of many nodes, one at a time, may take longer than a hook.
+	if d == nil {
+		h.Logf("no Deployment %s/%s: nothing to hand off", h.Namespace, h.Deployment)
+		return nil
+	}
+	// At 0 already (an upgrade after the install): no rollout to wait
+	// for (one of many nodes, one at a time, may take longer than a
+	// hook), but an upgrade that leaves nodes out needs CoreDNS back.
 	if specReplicas(d) == 0 {
+		if rec, ok := d.Annotations[ReplicasAnnotation]; ok {
+			if err := h.keepCoverage(ctx, d, rec); err != nil {
+				return err
+			}
+		}
 		h.Logf("Deployment %s/%s is at 0 replicas already (%s=%q): nothing to scale down", h.Namespace, h.Deployment, ReplicasAnnotation, d.Annotations[ReplicasAnnotation])
 		return nil
 	}
-	if err := h.waitDaemonSet(ctx); err != nil {
+	// Scaled to 0 by an earlier run and running again: something, or
+	// someone, owns its replicas. Doing it again would be a fight.
+	if rec, ok := d.Annotations[ReplicasAnnotation]; ok {
+		return coexist("Deployment %s/%s was scaled to 0 by nodedns before (%s=%s) and runs %d replicas again: something owns its replicas (an autoscaler, an add-on manager, GitOps, a person). "+
+			"Once it no longer does, remove the annotation and run helm upgrade to hand off again", h.Namespace, h.Deployment, ReplicasAnnotation, rec, specReplicas(d))
+	}
+	if reason, err := h.owner(ctx, d); err != nil || reason != "" {
+		if err != nil {
+			return err
+		}
+		return coexist("%s", reason)
+	}
+	ds, err := h.waitDaemonSet(ctx)
+	if err != nil {
 		return err
 	}
-	// Read again: the wait may have taken minutes.
+	nodes, pods, err := h.coverage(ctx, ds)
+	if err != nil {
+		return err
+	}
+	svc, err := h.Client.CoreV1().Services(h.Namespace).Get(ctx, h.Service, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return coexist("no Service %s/%s: the pods' nameserver is another Service, whose endpoints nodedns cannot check (the chart value service.name names it)", h.Namespace, h.Service)
+	}
+	if err != nil {
+		return fmt.Errorf("get Service %s/%s: %w", h.Namespace, h.Service, err)
+	}
+	if reason := h.serviceReason(svc, ds); reason != "" {
+		return coexist("%s", reason)
+	}
+	// The endpoints follow the pods' readiness a moment later.
+	var eps *endpoints
+	err = h.waitBounded(ctx, func() (bool, error) {
+		if pods, err = h.nodednsPods(ctx, ds); err != nil {
+			return false, err
+		}
+		eps, err = h.readEndpoints(ctx, svc, pods)
+		return err == nil && len(eps.missing(nodes)) == 0, err
+	})
+	if errors.Is(err, errBound) {
+		return coexist("Service %s/%s has no ready endpoint of a nodedns pod, on all its DNS ports, on %s after %s: those nodes' pods would go unanswered through it once CoreDNS is gone",
+			h.Namespace, h.Service, named(eps.missing(nodes)), h.converge())
+	}
+	if err != nil {
+		return err
+	}
+	// Read again: the waits may have taken minutes.
 	if d, err = h.deployment(ctx); err != nil || d == nil {
+		if d == nil && err == nil {
+			h.Logf("no Deployment %s/%s any more: nothing to hand off", h.Namespace, h.Deployment)
+		}
 		return err
 	}
 	replicas := specReplicas(d)
@@ -81,29 +212,211 @@ func (h *Handoff) ScaleDown(ctx context.Context) error {
 		return nil
 	}
 	patch := map[string]any{
-		"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: strconv.Itoa(int(replicas))}},
+		"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: strconv.Itoa(int(replicas)), StatusAnnotation: nil}},
 		"spec":     map[string]any{"replicas": 0},
 	}
 	if err := h.patch(ctx, patch); err != nil {
 		return err
 	}
-	h.Logf("Deployment %s/%s scaled from %d to 0 replicas (%s=%d); nodedns serves every node", h.Namespace, h.Deployment, replicas, ReplicasAnnotation, replicas)
+	scaled := time.Now()
+	h.Logf("Deployment %s/%s scaled from %d to 0 replicas (%s=%d); waiting until Service %s/%s's ready endpoints are nodedns pods only", h.Namespace, h.Deployment, replicas, ReplicasAnnotation, replicas, h.Namespace, h.Service)
+
+	// After: the CoreDNS pods leave the endpoints, the nodedns ones stay.
+	// Replicas coming back meanwhile are someone else's, not a failure.
+	back := int32(0)
+	err = h.waitBounded(ctx, func() (bool, error) {
+		d, err := h.deployment(ctx)
+		if err != nil {
+			return false, err
+		}
+		if d != nil {
+			if back = specReplicas(d); back > 0 {
+				return true, nil
+			}
+		}
+		if pods, err = h.nodednsPods(ctx, ds); err != nil {
+			return false, err
+		}
+		eps, err = h.readEndpoints(ctx, svc, pods)
+		return err == nil && len(eps.missing(nodes)) == 0 && len(eps.others) == 0, err
+	})
+	if back > 0 {
+		return h.cameBack(back, scaled)
+	}
+	// Not converged within the bound, or the hook's own time ran out:
+	// either way CoreDNS goes back to what it had.
+	if errors.Is(err, errBound) || (err != nil && ctx.Err() != nil) {
+		var why []string
+		if eps != nil {
+			if m := eps.missing(nodes); len(m) > 0 {
+				why = append(why, "no ready nodedns endpoint on "+named(m))
+			}
+			if len(eps.others) > 0 {
+				why = append(why, "ready endpoints that are not nodedns pods: "+named(eps.others))
+			}
+		}
+		if !errors.Is(err, errBound) {
+			why = append(why, err.Error())
+		}
+		// Give it back what it had, and drop the record, so that a later
+		// upgrade tries again. ctx may be over: the rollback gets its own.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		rb := map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: nil}},
+			"spec":     map[string]any{"replicas": replicas},
+		}
+		if perr := h.patch(rctx, rb); perr != nil {
+			return fmt.Errorf("Service %s/%s did not converge to nodedns pods (%s), and scaling Deployment %s/%s back to %d failed: %w",
+				h.Namespace, h.Service, strings.Join(why, "; "), h.Namespace, h.Deployment, replicas, perr)
+		}
+		h.Logf("Deployment %s/%s scaled back to %d replicas", h.Namespace, h.Deployment, replicas)
+		if !errors.Is(err, errBound) {
+			return fmt.Errorf("Service %s/%s did not converge to nodedns pods before the hook's time ran out, Deployment %s/%s scaled back to %d replicas: %w",
+				h.Namespace, h.Service, h.Namespace, h.Deployment, replicas, err)
+		}
+		return coexist("%s after the scale-down, Service %s/%s still had %s: Deployment %s/%s scaled back to %d replicas",
+			h.converge(), h.Namespace, h.Service, strings.Join(why, "; "), h.Namespace, h.Deployment, replicas)
+	}
+	if err != nil {
+		return err
+	}
+	h.Logf("Service %s/%s: ready endpoints are nodedns pods only, on all %d nodes; watching Deployment %s/%s until %s after the scale-down", h.Namespace, h.Service, len(nodes), h.Namespace, h.Deployment, h.settle())
+
+	// Settle: an autoscaler or reconciler this did not recognise shows
+	// itself by scaling the Deployment back up.
+	err = h.wait(ctx, func() (bool, error) {
+		d, err := h.deployment(ctx)
+		if err != nil || d == nil {
+			return d == nil, err
+		}
+		back = specReplicas(d)
+		return back > 0 || time.Since(scaled) >= h.settle(), nil
+	})
+	if err != nil {
+		return err
+	}
+	if back > 0 {
+		return h.cameBack(back, scaled)
+	}
+	h.Logf("Deployment %s/%s stayed at 0 for %s: nodedns serves every node", h.Namespace, h.Deployment, h.settle())
 	return nil
+}
+
+// cameBack is the Coexist of a Deployment whose replicas came back after
+// the scale-down. The annotation stays: the next upgrade sees it and does
+// not scale the Deployment down again.
+func (h *Handoff) cameBack(replicas int32, scaled time.Time) error {
+	return coexist("Deployment %s/%s is back at %d replicas %s after nodedns scaled it to 0: something owns its replicas (an autoscaler, an add-on manager, GitOps, a person), and nodedns does not scale it down again. "+
+		"Once it no longer does, remove the annotation %s and run helm upgrade to hand off again",
+		h.Namespace, h.Deployment, replicas, time.Since(scaled).Round(time.Second), ReplicasAnnotation)
+}
+
+// keepCoverage, for a Deployment nodedns scaled to 0 (rec replicas
+// recorded), scales it back when the DaemonSet no longer has a pod, ready
+// or not, on some schedulable Linux node: an upgrade's nodeSelector,
+// affinity or tolerations left it out. Nodes whose pod is still starting
+// (a rollout, a new node) are not counted: it will serve them.
+func (h *Handoff) keepCoverage(ctx context.Context, d *appsv1.Deployment, rec string) error {
+	var ds *appsv1.DaemonSet
+	// The DaemonSet's controller must have seen the upgrade's spec
+	// before its pods say which nodes it covers.
+	err := h.waitBounded(ctx, func() (bool, error) {
+		var err error
+		ds, err = h.Client.AppsV1().DaemonSets(h.Namespace).Get(ctx, h.DaemonSet, metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Errorf("get DaemonSet %s/%s: %w", h.Namespace, h.DaemonSet, err)
+		}
+		return ds.Status.ObservedGeneration >= ds.Generation, nil
+	})
+	if errors.Is(err, errBound) {
+		h.Logf("DaemonSet %s/%s: its controller has not seen generation %d after %s; its coverage is not checked", h.Namespace, h.DaemonSet, ds.Generation, h.converge())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	nodes, err := h.schedulableNodes(ctx)
+	if err != nil {
+		return err
+	}
+	pods, err := h.listPods(ctx, ds)
+	if err != nil {
+		return err
+	}
+	onNode := map[string]string{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			onNode[p.Name] = p.Spec.NodeName
+		}
+	}
+	out := uncovered(nodes, onNode)
+	if len(out) == 0 {
+		return nil
+	}
+	n, err := strconv.ParseInt(rec, 10, 32)
+	if err != nil || n < 1 {
+		n = int64(h.Replicas)
+	}
+	back := map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: nil}},
+		"spec":     map[string]any{"replicas": n},
+	}
+	if err := h.patch(ctx, back); err != nil {
+		return fmt.Errorf("DaemonSet %s/%s has no pod on %s, and scaling Deployment %s/%s back to %d failed: %w", h.Namespace, h.DaemonSet, named(out), h.Namespace, h.Deployment, n, err)
+	}
+	return coexist("DaemonSet %s/%s has no pod on %d of %d schedulable Linux nodes (%s) since this upgrade: Deployment %s/%s scaled back to %d replicas to serve them",
+		h.Namespace, h.DaemonSet, len(out), len(nodes), named(out), h.Namespace, h.Deployment, n)
+}
+
+// coverage checks that the DaemonSet, rolled out, runs a ready pod on
+// every schedulable Linux node, and returns those nodes and the pods. A
+// nodeSelector, affinity or taints leaving nodes out is a Coexist: the
+// pods there still need CoreDNS.
+func (h *Handoff) coverage(ctx context.Context, ds *appsv1.DaemonSet) ([]string, map[string]string, error) {
+	nodes, err := h.schedulableNodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pods, err := h.nodednsPods(ctx, ds)
+	if err != nil {
+		return nil, nil, err
+	}
+	if out := uncovered(nodes, pods); len(out) > 0 {
+		return nil, nil, coexist("DaemonSet %s/%s runs no ready pod on %d of %d schedulable Linux nodes (%s): its nodeSelector, affinity or tolerations leave them out, and their pods still need CoreDNS",
+			h.Namespace, h.DaemonSet, len(out), len(nodes), named(out))
+	}
+	h.Logf("DaemonSet %s/%s runs a ready pod on each of the %d schedulable Linux nodes", h.Namespace, h.DaemonSet, len(nodes))
+	return nodes, pods, nil
 }
 
 // Restore scales the Deployment back to the replicas recorded in
 // ReplicasAnnotation (Replicas when there is none) and waits until they are
 // all updated and available; then it removes the annotation. A Deployment
-// that runs replicas already is only waited for. One that does not exist is
-// reported and left: nothing can be restored.
+// that runs replicas already is only waited for. When there is none, or
+// it does not become available, Restore refuses (a *Refusal, or the wait's
+// error): the uninstall would leave the DNS Service with nothing behind
+// it. AllowNoDNS turns that into a warning.
 func (h *Handoff) Restore(ctx context.Context) error {
+	err := h.restore(ctx)
+	if err == nil || !h.AllowNoDNS {
+		return err
+	}
+	h.Logf("WARNING: %v", err)
+	h.Logf("WARNING: going ahead (--allow-no-dns): once nodedns is removed, nothing may serve Service %s/%s until a DNS server is deployed", h.Namespace, h.Service)
+	return nil
+}
+
+func (h *Handoff) restore(ctx context.Context) error {
 	d, err := h.deployment(ctx)
 	if err != nil {
 		return err
 	}
 	if d == nil {
-		h.Logf("WARNING: nothing to restore: once nodedns is removed, nothing serves the kube-dns Service until a DNS server is deployed")
-		return nil
+		return &Refusal{Reason: fmt.Sprintf("no Deployment %s/%s to give the cluster's DNS back to: once nodedns is removed nothing serves Service %s/%s, and every pod's lookups fail. "+
+			"Deploy a DNS server behind that Service first (the chart value coreDNS.deployment names its Deployment), "+
+			"or accept a cluster without DNS: helm upgrade --reuse-values --set coreDNS.allowUninstallWithoutDNS=true, then helm uninstall",
+			h.Namespace, h.Deployment, h.Namespace, h.Service)}
 	}
 	want := specReplicas(d)
 	if want == 0 {
@@ -153,7 +466,6 @@ func (h *Handoff) Restore(ctx context.Context) error {
 func (h *Handoff) deployment(ctx context.Context) (*appsv1.Deployment, error) {
 	d, err := h.Client.AppsV1().Deployments(h.Namespace).Get(ctx, h.Deployment, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		h.Logf("no Deployment %s/%s: nothing to hand off", h.Namespace, h.Deployment)
 		return nil, nil
 	}
 	if err != nil {
@@ -176,17 +488,27 @@ func (h *Handoff) patch(ctx context.Context, patch map[string]any) error {
 // waitDaemonSet waits until the DaemonSet's controller has seen its latest
 // spec and every node it wants a pod on runs an updated, available one, and
 // its pods (old ones of a rollout included) are exactly those, all ready.
-func (h *Handoff) waitDaemonSet(ctx context.Context) error {
+// It returns the DaemonSet as last read.
+func (h *Handoff) waitDaemonSet(ctx context.Context) (*appsv1.DaemonSet, error) {
 	last := ""
+	var ds *appsv1.DaemonSet
 	err := h.wait(ctx, func() (bool, error) {
-		ds, err := h.Client.AppsV1().DaemonSets(h.Namespace).Get(ctx, h.DaemonSet, metav1.GetOptions{})
+		var err error
+		ds, err = h.Client.AppsV1().DaemonSets(h.Namespace).Get(ctx, h.DaemonSet, metav1.GetOptions{})
 		if err != nil {
 			return false, fmt.Errorf("get DaemonSet %s/%s: %w", h.Namespace, h.DaemonSet, err)
 		}
-		ready, total, err := h.podsReady(ctx, ds)
+		pods, err := h.listPods(ctx, ds)
 		if err != nil {
 			return false, err
 		}
+		ready := 0
+		for _, p := range pods {
+			if podReady(p) {
+				ready++
+			}
+		}
+		total := len(pods)
 		s := ds.Status
 		msg := fmt.Sprintf("DaemonSet %s/%s: %d nodes, %d updated, %d available; %d of %d pods ready", h.Namespace, h.DaemonSet,
 			s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberAvailable, ready, total)
@@ -200,35 +522,68 @@ func (h *Handoff) waitDaemonSet(ctx context.Context) error {
 			s.NumberAvailable == n && s.NumberUnavailable == 0 && total == int(n) && ready == total, nil
 	})
 	if err != nil {
-		return fmt.Errorf("DaemonSet %s/%s not ready on every node, the Deployment is left as it is: %w", h.Namespace, h.DaemonSet, err)
+		return nil, fmt.Errorf("DaemonSet %s/%s not ready on every node, the Deployment is left as it is: %w", h.Namespace, h.DaemonSet, err)
 	}
-	return nil
+	return ds, nil
 }
 
-// podsReady counts the DaemonSet's pods that are not being deleted, and
-// those of them that are ready.
-func (h *Handoff) podsReady(ctx context.Context, ds *appsv1.DaemonSet) (ready, total int, err error) {
+// listPods returns the DaemonSet's pods that are not being deleted.
+func (h *Handoff) listPods(ctx context.Context, ds *appsv1.DaemonSet) ([]*corev1.Pod, error) {
 	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
 	if err != nil {
-		return 0, 0, fmt.Errorf("DaemonSet %s/%s selector: %w", h.Namespace, h.DaemonSet, err)
+		return nil, fmt.Errorf("DaemonSet %s/%s selector: %w", h.Namespace, h.DaemonSet, err)
 	}
-	pods, err := h.Client.CoreV1().Pods(h.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	list, err := h.Client.CoreV1().Pods(h.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
-		return 0, 0, fmt.Errorf("list pods of DaemonSet %s/%s: %w", h.Namespace, h.DaemonSet, err)
+		return nil, fmt.Errorf("list pods of DaemonSet %s/%s: %w", h.Namespace, h.DaemonSet, err)
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	var pods []*corev1.Pod
+	for i := range list.Items {
+		p := &list.Items[i]
 		if p.DeletionTimestamp != nil || !metav1.IsControlledBy(p, ds) {
 			continue
 		}
-		total++
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready++
-			}
+		pods = append(pods, p)
+	}
+	return pods, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
 		}
 	}
-	return ready, total, nil
+	return false
+}
+
+// errBound is waitBounded's error when Converge has passed.
+var errBound = errors.New("not within the bound")
+
+// waitBounded is wait, for at most Converge: it returns errBound then
+// (ctx's error if ctx ended first).
+func (h *Handoff) waitBounded(ctx context.Context, done func() (bool, error)) error {
+	bctx, cancel := context.WithTimeout(ctx, h.converge())
+	defer cancel()
+	err := h.wait(bctx, done)
+	if err != nil && ctx.Err() == nil && bctx.Err() != nil {
+		return errBound
+	}
+	return err
+}
+
+func (h *Handoff) converge() time.Duration {
+	if h.Converge <= 0 {
+		return DefaultConverge
+	}
+	return h.Converge
+}
+
+func (h *Handoff) settle() time.Duration {
+	if h.Settle <= 0 {
+		return DefaultSettle
+	}
+	return h.Settle
 }
 
 // wait calls done every Poll until it reports true or an error, or ctx ends.

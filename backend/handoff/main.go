@@ -9,6 +9,8 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,13 +22,20 @@ import (
 // Usage is the subcommand's synopsis.
 const Usage = `usage: nodedns-backend handoff scale-down|restore [flags]
 
-scale-down  wait until the nodedns DaemonSet runs a ready pod on every node,
-            then scale the CoreDNS Deployment to 0 (its replicas recorded in
-            the annotation ` + ReplicasAnnotation + `)
-restore     scale the CoreDNS Deployment back and wait until it is available`
+scale-down  once the nodedns DaemonSet runs a ready pod on every schedulable
+            Linux node and the DNS Service lists them, scale the CoreDNS
+            Deployment to 0 (its replicas recorded in the annotation
+            ` + ReplicasAnnotation + `); where that is not safe (a partial
+            rollout, a Service that does not select nodedns, an autoscaler or
+            reconciler that owns it) leave it serving beside nodedns, say why,
+            and exit 0
+restore     scale the CoreDNS Deployment back and wait until it is available;
+            with no Deployment, refuse (exit 3) unless --allow-no-dns`
 
 // Main runs `nodedns-backend handoff ARGS...` and returns the exit code:
-// 0 done, 1 failed, 2 bad usage. It logs to stderr, one line per step.
+// 0 done (CoreDNS removed, restored, or left beside nodedns), 1 failed,
+// 2 bad usage, RefusalExitCode refused. It logs to stderr, one line per
+// step.
 func Main(args []string, stderr io.Writer) int {
 	logger := log.New(stderr, "handoff: ", log.LstdFlags|log.LUTC)
 	if len(args) == 0 || (args[0] != "scale-down" && args[0] != "restore") {
@@ -37,19 +46,28 @@ func Main(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("handoff "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	h := &Handoff{Logf: logger.Printf}
-	fs.StringVar(&h.Namespace, "namespace", "kube-system", "namespace of the Deployment and the DaemonSet")
+	fs.StringVar(&h.Namespace, "namespace", "kube-system", "namespace of the Deployment, the DaemonSet and the Service")
 	fs.StringVar(&h.Deployment, "deployment", "coredns", "the CoreDNS Deployment")
 	fs.StringVar(&h.DaemonSet, "daemonset", "nodedns", "nodedns's DaemonSet")
+	fs.StringVar(&h.Service, "service", "kube-dns", "the DNS Service, whose ClusterIP is the pods' nameserver (RKE2: rke2-coredns-rke2-coredns, kubespray: coredns)")
+	podPorts := fs.String("pod-ports", "53", "scale-down: comma-separated node ports on which the nodedns pods serve DNS; the Service's port 53 must target one")
 	replicas := fs.Int("replicas", 2, "restore: replicas when the Deployment has none recorded")
+	fs.DurationVar(&h.Settle, "settle", DefaultSettle, "scale-down: how long to watch the Deployment for replicas coming back after scaling it to 0")
+	fs.DurationVar(&h.Converge, "converge", DefaultConverge, "scale-down: bound on each wait for the Service's endpoints (before the scale-down: coexist; after: scale back)")
+	fs.BoolVar(&h.OverrideReconciler, "override-reconciler", false, "scale-down: scale down a Deployment marked as an add-on manager's or k3s's (they must leave its replicas alone)")
+	fs.BoolVar(&h.AllowNoDNS, "allow-no-dns", false, "restore: succeed when there is no Deployment to restore, or it does not become available")
 	timeout := fs.Duration("timeout", 4*time.Minute, "give up after this long")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; default: the pod's ServiceAccount (in-cluster)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 || *replicas < 1 || *timeout <= 0 || h.Namespace == "" || h.Deployment == "" || h.DaemonSet == "" {
-		fmt.Fprintf(stderr, "handoff %s: bad arguments %q: --replicas and --timeout must be positive, names non-empty\n", verb, args[1:])
+	ports, perr := parsePorts(*podPorts)
+	if perr != nil || fs.NArg() > 0 || *replicas < 1 || *timeout <= 0 || h.Settle <= 0 || h.Converge <= 0 ||
+		h.Namespace == "" || h.Deployment == "" || h.DaemonSet == "" || h.Service == "" {
+		fmt.Fprintf(stderr, "handoff %s: bad arguments %q: --replicas, --timeout, --settle and --converge must be positive, names non-empty, --pod-ports ports (1-65535)\n", verb, args[1:])
 		return 2
 	}
+	h.PodPorts = ports
 	h.Replicas = int32(*replicas)
 	cfg, err := restConfig(*kubeconfig)
 	if err != nil {
@@ -70,14 +88,42 @@ func Main(args []string, stderr io.Writer) int {
 	if verb == "restore" {
 		run = h.Restore
 	}
-	if err := run(ctx); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (--timeout %s)", err, *timeout)
-		}
-		logger.Printf("%s failed: %v", verb, err)
-		return 1
+	return exitCode(run(ctx), verb, *timeout, logger.Printf)
+}
+
+// exitCode logs err's outcome and returns Main's exit code for it.
+func exitCode(err error, verb string, timeout time.Duration, logf func(string, ...any)) int {
+	var co *Coexist
+	var ref *Refusal
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &co):
+		// Not a failure: helm install succeeds with CoreDNS still serving.
+		logf("%s: CoreDNS stays, serving beside nodedns: %s", verb, co.Reason)
+		return 0
+	case errors.As(err, &ref):
+		logf("%s refused: %s", verb, ref.Reason)
+		return RefusalExitCode
 	}
-	return 0
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w (--timeout %s)", err, timeout)
+	}
+	logf("%s failed: %v", verb, err)
+	return 1
+}
+
+// parsePorts parses --pod-ports: one port or more, comma-separated.
+func parsePorts(s string) ([]int32, error) {
+	var out []int32
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("port %q", f)
+		}
+		out = append(out, int32(n))
+	}
+	return out, nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -148,6 +148,11 @@ func (r *kubeadmRun) install(ctx context.Context, t *testing.T, steps *stepLog) 
 	if *d.Spec.Replicas != 0 || d.Annotations[handoff.ReplicasAnnotation] != "2" {
 		t.Errorf("b: coredns has %d replicas, %s=%q; want 0 and 2", *d.Spec.Replicas, handoff.ReplicasAnnotation, d.Annotations[handoff.ReplicasAnnotation])
 	}
+	// kubeadm's shape passes every rule of the handoff: nothing says why
+	// CoreDNS would stay.
+	if why := d.Annotations[handoff.StatusAnnotation]; why != "" {
+		t.Errorf("b: %s=%q, want none", handoff.StatusAnnotation, why)
+	}
 	checkKubeDNSService(ctx, t, r)
 	time.Sleep(10 * time.Second)
 }

@@ -145,6 +145,9 @@ func startDnsmasqNode(ctx context.Context, t *testing.T, preStopSleep int) (tb *
 		in.ReleaseName, in.Namespace = helm.DefaultRelease, helm.DefaultNamespace
 		values := chartValues(frontend, "node-ip", false, nil)
 		values["nodeSelector"] = map[string]any{"nodedns.io/enabled": "true"}
+		// No CoreDNS Deployment to give the DNS back to: the pre-delete
+		// hook would refuse the test's final uninstall.
+		values["coreDNS"] = map[string]any{"allowUninstallWithoutDNS": true}
 		if _, err := in.RunWithContext(ctx, chrt, values); err != nil {
 			t.Fatalf("helm install: %v", err)
 		}

@@ -120,6 +120,9 @@ func TestNodeIPFromDnsmasqDaemonSet(t *testing.T) {
 	}
 	values := func(selector bool) map[string]any {
 		v := chartValues(frontend, "node-ip", false, nil)
+		// No CoreDNS Deployment to give the DNS back to: the pre-delete
+		// hook would refuse the uninstall at the end of the test.
+		v["coreDNS"] = map[string]any{"allowUninstallWithoutDNS": true}
 		if selector {
 			v["nodeSelector"] = map[string]any{"nodedns.io/enabled": "true"}
 		}
