@@ -176,10 +176,11 @@ type container struct {
 
 // runnable turns c into a command line here: the binary from bins, the
 // Corefile written under dir (with kubeconfig for the kubernetes plugin,
-// standing for the in-cluster ServiceAccount), and the variables that
-// override names replaced: in the environment (the backend reads its
-// Corefile's variables at run time) and in --flag=$(VAR) arguments, which
-// kubelet expanded from the variable.
+// standing for the in-cluster ServiceAccount), and what override names
+// replaced: a "--flag" key, that flag's value on the command line (the
+// frontend's settings); a variable, its value in the environment (the
+// backend reads its Corefile's variables at run time) and in
+// --flag=$(VAR) arguments, which kubelet expanded from the variable.
 func runnable(c helm.Container, corefile, kubeconfig, bins, dir string, override map[string]string) (container, error) {
 	out := container{name: c.Spec.Name, argv: []string{filepath.Join(bins, c.Command[0])}}
 	used := map[string]bool{}
@@ -187,7 +188,13 @@ func runnable(c helm.Container, corefile, kubeconfig, bins, dir string, override
 	spec := append(append([]string{}, c.Spec.Command...), c.Spec.Args...)
 	for i, a := range c.Command[1:] {
 		for k, v := range override {
-			if flag, ok := strings.CutSuffix(spec[i+1], "=$("+k+")"); ok {
+			// A key "--flag" overrides the flag's value as written in the
+			// pod template; a variable, the flag that refers to it.
+			if strings.HasPrefix(k, "--") {
+				if strings.HasPrefix(a, k+"=") {
+					a, used[k] = k+"="+v, true
+				}
+			} else if flag, ok := strings.CutSuffix(spec[i+1], "=$("+k+")"); ok {
 				a, used[k] = flag+"="+v, true
 			}
 		}
@@ -214,7 +221,7 @@ func runnable(c helm.Container, corefile, kubeconfig, bins, dir string, override
 	}
 	for k := range override {
 		if !used[k] {
-			return container{}, fmt.Errorf("%s has no variable %s to override", c.Spec.Name, k)
+			return container{}, fmt.Errorf("%s has no flag or variable %s to override", c.Spec.Name, k)
 		}
 	}
 	return out, nil

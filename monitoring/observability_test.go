@@ -135,8 +135,8 @@ func TestObservability(t *testing.T) {
 	}
 	handover := filepath.Join(dir, "handover")
 	frontend := mk(fe, "frontend", map[string]string{
-		"NODEDNS_FALLBACK":     net.JoinHostPort(peerAddr, fallbackPort),
-		"NODEDNS_HANDOVER_DIR": handover,
+		"--fallback":     net.JoinHostPort(peerAddr, fallbackPort),
+		"--handover-dir": handover,
 	})
 	backendReady := probeURL(be.Spec.ReadinessProbe)
 	frontendReady := probeURL(fe.Spec.ReadinessProbe)
