@@ -122,6 +122,9 @@ volumeMounts:
   - name: backend-config
     mountPath: /etc/nodedns
     readOnly: true
+  - name: kube-api-access
+    mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+    readOnly: true
   {{- with .Values.extraVolumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
