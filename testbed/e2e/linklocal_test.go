@@ -38,6 +38,7 @@ func TestLinkLocalFromKubeadmCoreDNS(t *testing.T) {
 	for _, n := range nodes {
 		startGroupClient(ctx, t, tb, results, "old", "client-"+n.Name, n.Name, checks)
 	}
+	startTrace(ctx, t, tb, nodes)
 	steps := &stepLog{}
 	uninstalled := false
 	defer reportGroups(t, nodes, results, steps, []string{"old", "new", "renewed"}, func(step, group string) (string, int) {

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodedns/nodedns/testbed"
+)
+
+// traceEnv names a directory where a real-node test that calls
+// startTrace records, with millisecond timestamps, the kube-dns
+// EndpointSlices as kube-proxy sees them and every node's conntrack events
+// for UDP port 53: the evidence for lookups lost while the endpoints
+// change. Unset (the default), startTrace does nothing.
+const traceEnv = "NODEDNS_E2E_TRACE"
+
+// startTrace starts the trace of traceEnv's directory, if set, until ctx
+// ends or the test does.
+func startTrace(ctx context.Context, t *testing.T, tb *testbed.Testbed, nodes []*testbed.RealNode) {
+	dir := os.Getenv(traceEnv)
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	t.Logf("trace: EndpointSlices and conntrack events in %s", dir)
+	for _, n := range nodes {
+		f, err := os.Create(filepath.Join(dir, "conntrack-"+n.Name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := n.Command(ctx, "conntrack", "-E", "-p", "udp", "-o", "timestamp,id")
+		cmd.Stdout, cmd.Stderr = f, f
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); _ = cmd.Wait(); f.Close() })
+	}
+	f, err := os.Create(filepath.Join(dir, "endpointslices.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := tb.Client().DiscoveryV1().EndpointSlices("kube-system").Watch(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kube-dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			if !ok {
+				fmt.Fprintf(f, "%s %s %v\n", time.Now().UTC().Format("15:04:05.000"), ev.Type, ev.Object)
+				continue
+			}
+			fmt.Fprintf(f, "%s %s %s %s\n", time.Now().UTC().Format("15:04:05.000"), ev.Type, s.Name, describeSlice(s, ev.Type))
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done; f.Close() })
+}
+
+// describeSlice prints a slice's endpoints as address[node]:r/s/t flags
+// (ready, serving, terminating) and its ports.
+func describeSlice(s *discoveryv1.EndpointSlice, typ watch.EventType) string {
+	if typ == watch.Deleted {
+		return "-"
+	}
+	var eps []string
+	for _, e := range s.Endpoints {
+		flag := func(b *bool, c string) string {
+			if b != nil && *b {
+				return c
+			}
+			return "-"
+		}
+		node := ""
+		if e.NodeName != nil {
+			node = *e.NodeName
+		}
+		eps = append(eps, fmt.Sprintf("%s[%s]:%s%s%s", strings.Join(e.Addresses, "/"), node,
+			flag(e.Conditions.Ready, "r"), flag(e.Conditions.Serving, "s"), flag(e.Conditions.Terminating, "t")))
+	}
+	sort.Strings(eps)
+	var ports []string
+	for _, p := range s.Ports {
+		if p.Port != nil && p.Name != nil {
+			ports = append(ports, fmt.Sprintf("%s=%d", *p.Name, *p.Port))
+		}
+	}
+	return strings.Join(eps, " ") + " ports " + strings.Join(ports, ",")
+}
