@@ -3,6 +3,7 @@ package nodenet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -19,7 +20,7 @@ import (
 // frontend's flags plus extra, and returns its output and exit code.
 func (c *cluster) diagnose(t *testing.T, resolv, kubelet string, extra ...string) (string, int) {
 	t.Helper()
-	args := append([]string{"diagnose"}, c.args("--resolv-conf="+resolv, "--kubelet-config="+kubelet, "--timeout=500ms")...)
+	args := append([]string{"diagnose"}, c.args("--resolv-conf="+resolv, "--kubelet-config="+kubelet, "--timeout=2s")...)
 	args = append(args, extra...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -90,21 +91,24 @@ func TestE2EDiagnose(t *testing.T) {
 			c.node.Run("ip", "addr", "del", clusterIP+"/32", "dev", "nodedns")
 			return nil, resolv, kubelet
 		}, []string{"[FAIL] interface nodedns:", "lacks 10.96.0.10", "[FAIL] listener udp 10.96.0.10:53:", "the address is not on this node"}},
-		{"port held by another process", func(t *testing.T) ([]string, string, string) {
+		{"port 53 held by another process", func(t *testing.T) ([]string, string, string) {
+			// Port 53 of a node address the frontend does not serve, held
+			// by this test's process as dnsmasq would hold it.
 			var pc net.PacketConn
 			var ln net.Listener
 			if err := c.node.Do(func() (err error) {
-				if pc, err = net.ListenPacket("udp", netnstest.NodeVethIP+":5353"); err != nil {
+				if pc, err = net.ListenPacket("udp", netnstest.NodeVethIP+":53"); err != nil {
 					return err
 				}
-				ln, err = net.Listen("tcp", netnstest.NodeVethIP+":5353")
+				ln, err = net.Listen("tcp", netnstest.NodeVethIP+":53")
 				return err
 			}); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { pc.Close(); ln.Close() })
-			return []string{"--listen=" + netnstest.NodeVethIP + ":5353"}, resolv, kubelet
-		}, []string{"[FAIL] listener udp 10.244.1.1:5353: port 5353 is held by nodenet.test (pid " + itoa(os.Getpid()) + `): the frontend gets "address already in use"`}},
+			return []string{"--listen=" + linkLocal + ":53," + clusterIP + ":53," + netnstest.NodeVethIP + ":53"}, resolv, kubelet
+		}, []string{"[FAIL] listener udp 10.244.1.1:53: port 53 is held by nodenet.test (pid " + itoa(os.Getpid()) + `): the frontend gets "address already in use"`,
+			"[FAIL] listener tcp 10.244.1.1:53: port 53 is held by nodenet.test", "[ok  ] listener udp 169.254.20.10:53: held by nodedns-fronten"}},
 		{"nothing listens", func(t *testing.T) ([]string, string, string) {
 			return []string{"--listen=" + netnstest.NodeVethIP + ":5354"}, resolv, kubelet
 		}, []string{"[FAIL] listener udp 10.244.1.1:5354: nothing listens"}},
@@ -128,6 +132,17 @@ func TestE2EDiagnose(t *testing.T) {
 		{"kubelet clusterDNS wrong for the mode", func(t *testing.T) ([]string, string, string) {
 			return []string{"--mode=link-local"}, resolv, kubelet
 		}, []string{"[FAIL] kubelet clusterDNS:", "link-local mode needs --local-ip"}},
+		{"backend not ready", func(t *testing.T) ([]string, string, string) {
+			// The ready URL answers 503 (a plugin, e.g. kubernetes, not
+			// synced) while the backend still answers over TCP.
+			c.backend.ready.Store(false)
+			t.Cleanup(func() { c.backend.ready.Store(true) })
+			return nil, resolv, kubelet
+		}, []string{"[FAIL] backend 127.0.0.1:", "not ready: 503", "a plugin is not ready"}},
+		{"conntrack near full", func(t *testing.T) ([]string, string, string) {
+			fillConntrack(t, c.node, 0.92)
+			return nil, resolv, kubelet
+		}, []string{"[FAIL] conntrack:", "the table is nearly full"}},
 		{"backend down", func(t *testing.T) ([]string, string, string) {
 			c.backend.kill()
 			return nil, resolv, kubelet
@@ -148,6 +163,93 @@ func TestE2EDiagnose(t *testing.T) {
 				t.Logf("diagnose:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestE2EDiagnoseSkip: a check that cannot run (kubelet's configuration
+// not mounted) is marked SKIP and named in the last line, and diagnose
+// still exits 0: it never reads as passed.
+func TestE2EDiagnoseSkip(t *testing.T) {
+	c := newCluster(t)
+	c.backend.ready.Store(true)
+	c.start(t, "--sync-interval=1h")
+	waitFor(t, 10*time.Second, "takeover", func() bool { return c.linkExists() && len(c.nodednsRules(t)) == 42 })
+	resolv := writeFile(t, "resolv.conf", "nameserver "+node2IP+"\n")
+	missing := filepath.Join(t.TempDir(), "config.yaml")
+	out, code := c.diagnose(t, resolv, missing)
+	if code != 0 {
+		t.Errorf("exit %d, want 0 (a skipped check is no failure)", code)
+	}
+	for _, w := range []string{"[SKIP] kubelet clusterDNS: kubelet's configuration is not readable here", "to run it: in the nodedns pod, set the chart's frontend.kubeletConfig",
+		"no check failed; 1 not run: kubelet clusterDNS"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "[ok  ] kubelet") || strings.Contains(out, "all checks passed") {
+		t.Errorf("a check that did not run reads as passed:\n%s", out)
+	}
+}
+
+// fillConntrack adds UDP flows in ns until its conntrack
+// table holds share of nf_conntrack_max: datagrams to a prefix routed to a
+// bridge without ports and without ARP (no neighbour to wait for), so each
+// flow is confirmed at POSTROUTING and the packet goes nowhere. The entries go with the cleanup (conntrack -F).
+func fillConntrack(t *testing.T, ns *netnstest.NetNS, share float64) {
+	t.Helper()
+	netnstest.Require(t, "conntrack")
+	read := func(name string) int {
+		var n int
+		if err := ns.Do(func() error {
+			b, err := os.ReadFile("/proc/sys/net/netfilter/" + name)
+			if err != nil {
+				return err
+			}
+			n, err = strconv.Atoi(strings.TrimSpace(string(b)))
+			return err
+		}); err != nil {
+			t.Fatalf("read %s: %v", name, err)
+		}
+		return n
+	}
+	limit := read("nf_conntrack_max")
+	// nf_conntrack_max is the host's (read-only in a namespace); past a
+	// million entries the fill would take hundreds of MB of kernel memory.
+	if limit > 1<<20 {
+		t.Skipf("nf_conntrack_max is %d: filling 90%% of it would take too much kernel memory", limit)
+	}
+	need := int(share*float64(limit)) + 1 - read("nf_conntrack_count")
+	t.Cleanup(func() { ns.Run("conntrack", "-F") })
+	ns.Sysctl("net.netfilter.nf_conntrack_udp_timeout", "300")
+	ns.Run("ip", "link", "add", "ctfill", "type", "bridge")
+	ns.Run("ip", "link", "set", "ctfill", "arp", "off", "up")
+	ns.Run("ip", "route", "add", "198.51.100.0/24", "dev", "ctfill")
+	t.Cleanup(func() { ns.Run("ip", "link", "del", "ctfill") })
+	start := time.Now()
+	if err := ns.Do(func() error {
+		for sent := 0; sent < need; {
+			pc, err := net.ListenPacket("udp4", "0.0.0.0:0")
+			if err != nil {
+				return err
+			}
+			_ = pc.SetWriteDeadline(time.Now().Add(time.Minute))
+			for port := 1; port <= 65535 && sent < need; port++ {
+				if _, err := pc.WriteTo([]byte{0}, &net.UDPAddr{IP: net.IPv4(198, 51, 100, 1), Port: port}); err != nil {
+					pc.Close()
+					return fmt.Errorf("after %d datagrams: %w", sent, err)
+				}
+				sent++
+			}
+			pc.Close()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := read("nf_conntrack_count")
+	t.Logf("conntrack: %d of %d entries after sending %d flows in %v", got, limit, need, time.Since(start).Round(time.Millisecond))
+	if float64(got) < 0.9*float64(limit) {
+		t.Fatalf("conntrack holds %d of %d entries, under the 90%% diagnose reports", got, limit)
 	}
 }
 
