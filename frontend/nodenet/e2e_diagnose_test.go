@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/shared/netnstest"
+	"github.com/nodedns/nodedns/shared/proctest"
 )
 
 // diagnose runs `nodedns-frontend diagnose` in the node namespace with the
@@ -254,3 +255,55 @@ func fillConntrack(t *testing.T, ns *netnstest.NetNS, share float64) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// backendBinary is nodedns-backend: $NODEDNS_BACKEND_BIN (make test sets it
+// to bin/nodedns-backend), else built once.
+func backendBinary(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("NODEDNS_BACKEND_BIN"); bin != "" {
+		return bin
+	}
+	return proctest.Build(t, "github.com/nodedns/nodedns/backend", "nodedns-backend")
+}
+
+// TestE2EDiagnoseRealBackend: diagnose against the real nodedns-backend
+// whose kubernetes plugin cannot reach its API server (a closed port), as
+// when a node loses the control plane at start: the ready plugin answers
+// 503 naming the plugin while the backend answers over TCP, and diagnose
+// says the backend is not ready and why. (The node was taken over with the
+// fake backend, so the rules of this backend's address are missing too.)
+func TestE2EDiagnoseRealBackend(t *testing.T) {
+	c := newCluster(t)
+	c.backend.ready.Store(true)
+	c.start(t, "--sync-interval=1h")
+	waitFor(t, 10*time.Second, "takeover", func() bool { return c.linkExists() && len(c.nodednsRules(t)) == 42 })
+	const dnsAddr, readyAddr = "127.0.0.1:5310", "127.0.0.1:8191"
+	corefile := writeFile(t, "Corefile", `.:5310 {
+    bind 127.0.0.1
+    ready `+readyAddr+`
+    kubernetes cluster.local {
+        endpoint http://127.0.0.1:1
+    }
+}
+`)
+	c.node.Start(backendBinary(t), "-conf", corefile)
+	waitFor(t, 30*time.Second, "the backend's listeners", func() bool {
+		code, _, err := httpGet(c.node, readyAddr, "/ready")
+		return err == nil && code != 0
+	})
+	resolv := writeFile(t, "resolv.conf", "nameserver "+node2IP+"\n")
+	kubelet := writeFile(t, "config.yaml", "clusterDNS: ["+clusterIP+"]\n")
+	out, code := c.diagnose(t, resolv, kubelet, "--backend="+dnsAddr, "--backend-ready-url=http://"+readyAddr+"/ready")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, w := range []string{"[FAIL] backend " + dnsAddr + ": backend ready url http://" + readyAddr + "/ready: not ready: 503", "kubernetes",
+		"fix: the backend runs but a plugin is not ready"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("diagnose:\n%s", out)
+	}
+}
