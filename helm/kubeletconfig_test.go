@@ -12,8 +12,8 @@ import (
 // TestKubeletConfigMount: frontend.kubeletConfig mounts that host file
 // read-only where `nodedns-frontend diagnose --pid=1` looks for kubelet's
 // configuration by default; unset, nothing of the host's kubelet is
-// mounted (diagnose then reports the check as SKIP); a relative path fails
-// the rendering.
+// mounted (diagnose then reports the check as SKIP, and NOTES.txt says
+// so); a relative path fails the rendering.
 func TestKubeletConfigMount(t *testing.T) {
 	for _, tc := range []struct {
 		values, host string
@@ -22,7 +22,15 @@ func TestKubeletConfigMount(t *testing.T) {
 		{`frontend: {kubeletConfig: /var/lib/kubelet/config.yaml}`, "/var/lib/kubelet/config.yaml"},
 		{`frontend: {kubeletConfig: /etc/kubernetes/kubelet/kubelet-config.json}`, "/etc/kubernetes/kubelet/kubelet-config.json"},
 	} {
-		_, objs, _ := render(t, tc.values)
+		r, objs, _ := render(t, tc.values)
+		// NOTES.txt says the check is skipped exactly when nothing is mounted.
+		if hint := strings.Contains(r.Notes, "kubelet clusterDNS check reports SKIP"); hint != (tc.host == "") {
+			t.Errorf("%q: NOTES.txt's SKIP hint %v, want %v:\n%s", tc.values, hint, tc.host == "", r.Notes)
+		}
+		// The node checked is one that runs a nodedns pod.
+		if !strings.Contains(r.Notes, "NODE=$(kubectl -n kube-system get pod $POD -o jsonpath='{.spec.nodeName}')") {
+			t.Errorf("%q: NOTES.txt does not take the node from a nodedns pod:\n%s", tc.values, r.Notes)
+		}
 		ds, err := DaemonSet(objs)
 		if err != nil {
 			t.Fatal(err)

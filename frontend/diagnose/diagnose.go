@@ -467,13 +467,17 @@ func checkBackend(ctx context.Context, cfg Config) Finding {
 		f.Detail = "ready and answering over TCP"
 		return f
 	}
+	// A ready URL that answers "not ready" proves the backend runs, and
+	// names the plugin: it comes first, before the DNS probe's refusal
+	// (CoreDNS's kubernetes plugin holds the DNS listener back while it
+	// waits for the API server).
 	switch {
+	case strings.Contains(detail, "not ready"):
+		f.Fix = "the backend runs but a plugin is not ready (kubernetes: API server unreachable or RBAC; until it syncs the backend may not listen on DNS yet); check its log"
 	case strings.Contains(detail, "connection refused"):
 		f.Fix = "nothing listens: is nodedns-backend running? kubectl -n kube-system logs <nodedns pod> -c backend; while it is down the frontend answers from its cache and the fallbacks"
 	case strings.Contains(detail, "timeout"):
 		f.Fix = "the backend accepts but does not answer in time: it hangs or is overloaded (CPU limit?); check its log and coredns_* metrics on :9153"
-	case strings.Contains(detail, "not ready"):
-		f.Fix = "the backend runs but a plugin is not ready (kubernetes: API server unreachable or RBAC); check its log"
 	default:
 		f.Fix = "check the backend's log"
 	}
