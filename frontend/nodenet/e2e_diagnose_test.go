@@ -309,3 +309,47 @@ func TestE2EDiagnoseRealBackend(t *testing.T) {
 		t.Logf("diagnose:\n%s", out)
 	}
 }
+
+// TestE2EDiagnoseUpstreamLoop: the real nodedns-backend forwards to the
+// node's resolver, and the node's resolv.conf names 169.254.20.10, which
+// the frontend owns: a miss goes from the frontend to the backend and back
+// to the frontend. The pod gets SERVFAIL at --answer-timeout (2 s), the
+// backend logs no loop and keeps running, and every probe of the backend
+// passes; diagnose names the loop from resolv.conf.
+func TestE2EDiagnoseUpstreamLoop(t *testing.T) {
+	c := newCluster(t)
+	const dnsAddr, readyAddr = "127.0.0.1:5310", "127.0.0.1:8191"
+	corefile := writeFile(t, "Corefile", `.:5310 {
+    bind 127.0.0.1
+    ready `+readyAddr+`
+    forward . `+linkLocal+`:53
+    loop
+}
+`)
+	c.node.Start(backendBinary(t), "-conf", corefile)
+	flags := []string{"--backend=" + dnsAddr, "--backend-ready-url=http://" + readyAddr + "/ready"}
+	c.start(t, append([]string{"--sync-interval=1h"}, flags...)...)
+	waitFor(t, 20*time.Second, "takeover", func() bool { return c.linkExists() && len(c.nodednsRules(t)) == 42 })
+	start := time.Now()
+	_, err := ask(c.pod, "udp", linkLocal+":53", "loop.example.", 5*time.Second)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "rcode SERVFAIL") {
+		t.Errorf("the pod's query through the loop: %v, want SERVFAIL", err)
+	}
+	t.Logf("the pod's query through the loop: %v after %v", err, took.Round(time.Millisecond))
+	resolv := writeFile(t, "resolv.conf", "nameserver "+linkLocal+"\n")
+	kubelet := writeFile(t, "config.yaml", "clusterDNS: ["+clusterIP+"]\n")
+	out, code := c.diagnose(t, resolv, kubelet, flags...)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, w := range []string{"[FAIL] upstream resolver 169.254.20.10: is an address nodedns owns: names outside the cluster would loop",
+		"[ok  ] backend " + dnsAddr + ": ready and answering over TCP", "[ok  ] rules (iptables-nft): all 42 rules present"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("diagnose:\n%s", out)
+	}
+}
