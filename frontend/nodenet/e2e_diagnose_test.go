@@ -226,26 +226,41 @@ func fillConntrack(t *testing.T, ns *netnstest.NetNS, share float64) {
 	ns.Run("ip", "link", "set", "ctfill", "arp", "off", "up")
 	ns.Run("ip", "route", "add", "198.51.100.0/24", "dev", "ctfill")
 	t.Cleanup(func() { ns.Run("ip", "link", "del", "ctfill") })
-	start := time.Now()
+	// One socket per 65,535 flows, made in the namespace (a socket keeps
+	// its namespace), each sending from its own goroutine.
+	var conns []net.PacketConn
 	if err := ns.Do(func() error {
-		for sent := 0; sent < need; {
+		for range (need + 65534) / 65535 {
 			pc, err := net.ListenPacket("udp4", "0.0.0.0:0")
 			if err != nil {
 				return err
 			}
-			_ = pc.SetWriteDeadline(time.Now().Add(time.Minute))
-			for port := 1; port <= 65535 && sent < need; port++ {
-				if _, err := pc.WriteTo([]byte{0}, &net.UDPAddr{IP: net.IPv4(198, 51, 100, 1), Port: port}); err != nil {
-					pc.Close()
-					return fmt.Errorf("after %d datagrams: %w", sent, err)
-				}
-				sent++
-			}
-			pc.Close()
+			conns = append(conns, pc)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	start := time.Now()
+	errs := make(chan error, len(conns))
+	for i, pc := range conns {
+		n := min(65535, need-i*65535)
+		go func() {
+			defer pc.Close()
+			_ = pc.SetWriteDeadline(time.Now().Add(time.Minute))
+			for port := 1; port <= n; port++ {
+				if _, err := pc.WriteTo([]byte{0}, &net.UDPAddr{IP: net.IPv4(198, 51, 100, 1), Port: port}); err != nil {
+					errs <- fmt.Errorf("after %d datagrams: %w", port-1, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	got := read("nf_conntrack_count")
 	t.Logf("conntrack: %d of %d entries after sending %d flows in %v", got, limit, need, time.Since(start).Round(time.Millisecond))
