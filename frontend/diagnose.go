@@ -30,7 +30,7 @@ func diagnoseCmd(args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	fs := newFlagSet(&cfg, stderr)
 	resolv := fs.String("resolv-conf", diagnose.DefaultResolvConf, "diagnose: the node's resolv.conf, whose nameservers the backend forwards to")
-	kubelet := fs.String("kubelet-config", diagnose.DefaultKubeletConfig, "diagnose: kubelet's configuration file, for clusterDNS (skipped when unreadable)")
+	kubelet := fs.String("kubelet-config", diagnose.DefaultKubeletConfig, "diagnose: kubelet's configuration file (YAML or JSON), for clusterDNS; the check is SKIP when it is unreadable (in the pod: the chart's frontend.kubeletConfig mounts it here)")
 	timeout := fs.Duration("timeout", diagnose.DefaultTimeout, "diagnose: time allowed for each probe")
 	fs.Int("pid", 0, "diagnose: take the flags of the frontend running as this process (1 in its container) first; flags given here override them")
 	if err := fs.Parse(args); err != nil {

@@ -16,8 +16,12 @@ const podYAMLHeader = `# nodedns: the DaemonSet and what it needs (ServiceAccoun
 # The kube-dns Service (10.96.0.10) and the fallback Service (10.96.0.11)
 # assume kubeadm's service CIDR; render the chart to change them. Needs
 # Kubernetes 1.29 or later: the backend runs as a native sidecar. Without
-# the chart's Helm hooks (coreDNS.deployment ""): a CoreDNS Deployment beside
-# it keeps running; scale it to 0 once every node runs a ready nodedns pod.
+# the chart's Helm hooks (coreDNS.deployment ""). Its kube-dns Service
+# selects the nodedns pods: applied over an existing one (kubeadm's), it
+# takes over that Service's selector (server-side apply may ask for
+# --force-conflicts), and from then on a CoreDNS Deployment beside it runs
+# but gets no query through kube-dns; scale it to 0 once every node runs a
+# ready nodedns pod.
 `
 
 // PodYAML returns pod.yaml's content: the chart rendered with defaults.

@@ -5,6 +5,7 @@ package diagnose
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,12 +58,14 @@ type Config struct {
 	Proc string
 }
 
-// Finding is the result of one check.
+// Finding is the result of one check: it held (OK), it did not run
+// (Skipped, Detail says why), or it failed (neither).
 type Finding struct {
-	Check  string // "interface", "rules", "listener udp 169.254.20.10:53", ...
-	OK     bool
-	Detail string
-	Fix    string // how to fix it; empty when OK
+	Check   string // "interface", "rules", "listener udp 169.254.20.10:53", ...
+	OK      bool
+	Skipped bool // the check could not look: never reported as passed
+	Detail  string
+	Fix     string // how to fix it, or how to make a skipped check run
 }
 
 func (c *Config) setDefaults() {
@@ -101,12 +104,15 @@ func Run(ctx context.Context, cfg Config) []Finding {
 		}
 		out = append(out, checkRules(ctx, cfg)...)
 		out = append(out, checkReleaseTable(cfg))
+	} else {
+		out = append(out, Finding{Check: "interface and rules", Skipped: true,
+			Detail: "--setup-network=false: something else owns the addresses and rules, diagnose does not know what to expect"})
 	}
 	out = append(out, checkListeners(cfg)...)
 	out = append(out, checkBackend(ctx, cfg))
 	for _, fb := range cfg.Fallbacks {
 		out = append(out, checkDNS("fallback "+fb, "tcp", fb, cfg.Timeout,
-			"other nodes' backends are unreachable over TCP: check the fallback Service (kubectl -n kube-system get endpointslices) and that nodedns-backend listens on :5301 on other nodes"))
+			"other nodes' backends are unreachable over TCP: check the fallback Service's endpoints (kubectl -n kube-system get endpointslices -l kubernetes.io/service-name=<fallback Service>) and that nodedns-backend listens on its fallback port (backend.fallbackPort: 53 on the node IP, 5301 in node-ip mode) on the other nodes"))
 	}
 	out = append(out, checkResolvConf(cfg)...)
 	out = append(out, checkConntrack(cfg))
@@ -114,24 +120,38 @@ func Run(ctx context.Context, cfg Config) []Finding {
 	return out
 }
 
-// Write prints the findings, one line each with the fix under failures, and
-// reports whether all of them hold.
+// Write prints the findings, one line each marked ok, FAIL or SKIP, with the
+// fix under failures (and under skips, how to make the check run), and
+// reports whether none failed. Skipped checks are named again in the last
+// line: a check that did not run must not read as passed.
 func Write(w io.Writer, findings []Finding) bool {
 	ok := true
+	var skipped []string
 	for _, f := range findings {
 		mark := "ok  "
-		if !f.OK {
+		switch {
+		case f.Skipped:
+			mark = "SKIP"
+			skipped = append(skipped, f.Check)
+		case !f.OK:
 			mark, ok = "FAIL", false
 		}
 		fmt.Fprintf(w, "[%s] %s: %s\n", mark, f.Check, f.Detail)
 		if !f.OK && f.Fix != "" {
-			fmt.Fprintf(w, "       fix: %s\n", f.Fix)
+			label := "fix"
+			if f.Skipped {
+				label = "to run it"
+			}
+			fmt.Fprintf(w, "       %s: %s\n", label, f.Fix)
 		}
 	}
-	if ok {
-		fmt.Fprintln(w, "all checks passed")
-	} else {
+	switch {
+	case !ok:
 		fmt.Fprintln(w, "some checks failed")
+	case len(skipped) > 0:
+		fmt.Fprintf(w, "no check failed; %d not run: %s\n", len(skipped), strings.Join(skipped, ", "))
+	default:
+		fmt.Fprintln(w, "all checks passed")
 	}
 	return ok
 }
@@ -220,7 +240,8 @@ func checkReleaseTable(cfg Config) Finding {
 	want := nodenet.ReleaseChains(cfg.Net, false)
 	switch {
 	case err != nil && len(want) == 0:
-		f.OK, f.Detail = true, "not wanted (no --release-to); nftables not readable: "+err.Error()
+		f.Skipped, f.Detail = true, "not wanted (no --release-to), but whether one is left cannot be seen: nftables not readable: "+err.Error()
+		f.Fix = "run diagnose as root on the node (hostNetwork)"
 	case err != nil:
 		f.Detail = "cannot list it: " + err.Error()
 		f.Fix = "run diagnose as root on the node (hostNetwork); the kernel needs nf_tables"
@@ -446,13 +467,17 @@ func checkBackend(ctx context.Context, cfg Config) Finding {
 		f.Detail = "ready and answering over TCP"
 		return f
 	}
+	// A ready URL that answers "not ready" proves the backend runs, and
+	// names the plugin: it comes first, before the DNS probe's refusal
+	// (CoreDNS's kubernetes plugin holds the DNS listener back while it
+	// waits for the API server).
 	switch {
+	case strings.Contains(detail, "not ready"):
+		f.Fix = "the backend runs but a plugin is not ready (kubernetes: API server unreachable or RBAC; until it syncs the backend may not listen on DNS yet); check its log"
 	case strings.Contains(detail, "connection refused"):
 		f.Fix = "nothing listens: is nodedns-backend running? kubectl -n kube-system logs <nodedns pod> -c backend; while it is down the frontend answers from its cache and the fallbacks"
 	case strings.Contains(detail, "timeout"):
 		f.Fix = "the backend accepts but does not answer in time: it hangs or is overloaded (CPU limit?); check its log and coredns_* metrics on :9153"
-	case strings.Contains(detail, "not ready"):
-		f.Fix = "the backend runs but a plugin is not ready (kubernetes: API server unreachable or RBAC); check its log"
 	default:
 		f.Fix = "check the backend's log"
 	}
@@ -530,8 +555,15 @@ func checkConntrack(cfg Config) Finding {
 }
 
 // clusterDNS extracts the clusterDNS list of a KubeletConfiguration in
-// YAML, in block ("- 10.96.0.10") or flow ("[10.96.0.10]") style.
+// JSON (EKS and AKS write JSON) or YAML, in block ("- 10.96.0.10") or flow
+// ("[10.96.0.10]") style.
 func clusterDNS(data string) []string {
+	var js struct {
+		ClusterDNS []string `json:"clusterDNS"`
+	}
+	if strings.HasPrefix(strings.TrimSpace(data), "{") && json.Unmarshal([]byte(data), &js) == nil {
+		return js.ClusterDNS
+	}
 	lines := strings.Split(data, "\n")
 	for i, line := range lines {
 		key, rest, ok := strings.Cut(line, ":")
@@ -560,14 +592,24 @@ func clusterDNS(data string) []string {
 	return nil
 }
 
+// KubeletConfigFix says how to let diagnose read kubelet's configuration in
+// the nodedns pod, where the chart mounts it only when asked to.
+const KubeletConfigFix = "in the nodedns pod, set the chart's frontend.kubeletConfig to the path of kubelet's configuration file on the nodes (kubeadm: /var/lib/kubelet/config.yaml), which mounts it read-only at " + DefaultKubeletConfig + "; on the node, pass --kubelet-config=<that path>"
+
 func checkKubelet(cfg Config) Finding {
 	f := Finding{Check: "kubelet clusterDNS"}
 	b, err := os.ReadFile(cfg.KubeletConfig)
 	if err != nil {
-		f.OK, f.Detail = true, "skipped: "+err.Error()
+		f.Skipped, f.Detail, f.Fix = true, "kubelet's configuration is not readable here: "+err.Error(), KubeletConfigFix
 		return f
 	}
 	got := clusterDNS(string(b))
+	if len(got) == 0 {
+		f.Skipped = true
+		f.Detail = cfg.KubeletConfig + " sets no clusterDNS: kubelet may take it from its --cluster-dns flag, which diagnose does not read"
+		f.Fix = "compare the nameserver of a pod on this node (kubectl exec <pod> -- cat /etc/resolv.conf) with the address the mode needs"
+		return f
+	}
 	want := cfg.Net.LocalIPs
 	what := "--local-ip"
 	if cfg.Net.Mode == nodenet.ModeIPTables {

@@ -60,6 +60,7 @@ func TestClusterDNS(t *testing.T) {
 		{"clusterDNS: [169.254.20.10, '10.96.0.10']\n", []string{"169.254.20.10", "10.96.0.10"}},
 		{"clusterDNS:\n  - 10.0.0.5\nfoo: bar\n", []string{"10.0.0.5"}},
 		{"authentication:\n  clusterDNS: [1.1.1.1]\n", nil},
+		{`{"kind": "KubeletConfiguration", "clusterDNS": ["10.100.0.10"]}`, []string{"10.100.0.10"}},
 	} {
 		if got := clusterDNS(tc.yaml); !slices.Equal(got, tc.want) {
 			t.Errorf("clusterDNS(%q) = %q, want %q", tc.yaml, got, tc.want)
@@ -105,26 +106,48 @@ func TestCheckKubelet(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	cfg.KubeletConfig = path
-	if f := checkKubelet(cfg); !f.OK || !strings.Contains(f.Detail, "skipped") {
+	// Not mounted: not run, and saying how to make it run.
+	if f := checkKubelet(cfg); f.OK || !f.Skipped || !strings.Contains(f.Detail, "not readable") || !strings.Contains(f.Fix, "frontend.kubeletConfig") {
 		t.Errorf("unreadable: %+v", f)
+	}
+	// clusterDNS given on kubelet's command line: nothing to compare.
+	os.WriteFile(path, []byte("kind: KubeletConfiguration\n"), 0o644)
+	if f := checkKubelet(cfg); f.OK || !f.Skipped || !strings.Contains(f.Detail, "sets no clusterDNS") {
+		t.Errorf("no clusterDNS: %+v", f)
 	}
 	os.WriteFile(path, []byte("clusterDNS:\n- 10.96.0.10\n"), 0o644)
 	if f := checkKubelet(cfg); f.OK || !strings.Contains(f.Detail, "link-local mode needs --local-ip") {
 		t.Errorf("mismatch: %+v", f)
 	}
 	os.WriteFile(path, []byte("clusterDNS: [169.254.20.10]\n"), 0o644)
-	if f := checkKubelet(cfg); !f.OK {
+	if f := checkKubelet(cfg); !f.OK || f.Skipped {
 		t.Errorf("match: %+v", f)
 	}
 }
 
 func TestWrite(t *testing.T) {
-	var b bytes.Buffer
-	if Write(&b, []Finding{{Check: "a", OK: true, Detail: "fine"}, {Check: "b", Detail: "broken", Fix: "mend it"}}) {
-		t.Error("Write reported success with a failure")
-	}
-	want := "[ok  ] a: fine\n[FAIL] b: broken\n       fix: mend it\nsome checks failed\n"
-	if b.String() != want {
-		t.Errorf("Write:\n%s\nwant:\n%s", b.String(), want)
+	for _, tc := range []struct {
+		name     string
+		findings []Finding
+		ok       bool
+		want     string
+	}{
+		{"failure", []Finding{{Check: "a", OK: true, Detail: "fine"}, {Check: "b", Detail: "broken", Fix: "mend it"}}, false,
+			"[ok  ] a: fine\n[FAIL] b: broken\n       fix: mend it\nsome checks failed\n"},
+		// A check that did not run is marked SKIP and named in the last
+		// line, never "all checks passed".
+		{"skip", []Finding{{Check: "a", OK: true, Detail: "fine"}, {Check: "c", Skipped: true, Detail: "no file", Fix: "mount it"}}, true,
+			"[ok  ] a: fine\n[SKIP] c: no file\n       to run it: mount it\nno check failed; 1 not run: c\n"},
+		{"skip and failure", []Finding{{Check: "b", Detail: "broken"}, {Check: "c", Skipped: true, Detail: "no file"}}, false,
+			"[FAIL] b: broken\n[SKIP] c: no file\nsome checks failed\n"},
+		{"all pass", []Finding{{Check: "a", OK: true, Detail: "fine"}}, true, "[ok  ] a: fine\nall checks passed\n"},
+	} {
+		var b bytes.Buffer
+		if got := Write(&b, tc.findings); got != tc.ok {
+			t.Errorf("%s: Write = %v, want %v", tc.name, got, tc.ok)
+		}
+		if b.String() != tc.want {
+			t.Errorf("%s: Write:\n%s\nwant:\n%s", tc.name, b.String(), tc.want)
+		}
 	}
 }

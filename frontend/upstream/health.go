@@ -99,7 +99,7 @@ func (h *health) snapshot() healthSnapshot {
 // the cluster domain) and answers its SOA from memory, without going
 // upstream and without knowing the cluster domain, so the probe tells of
 // the backend and never of a slow external resolver. A fallback is another
-// node's :5301 listener, which relays into that node's same chain: the
+// node's fallback listener, which relays into that node's same chain: the
 // same question probes it end to end. The plugin builds that SOA in memory
 // (CoreDNS plugin/backend_lookup.go, SOA), so an API server outage does not
 // fail the probe either.

@@ -57,7 +57,7 @@ func (p *Pool) Status() Status {
 }
 
 // String is a one-line summary for /ready details, such as
-// "backend 127.0.0.1:5300 down (refused), using fallback 10.96.0.11:5301".
+// "backend 127.0.0.1:5300 down (refused), using fallback 10.96.0.11:53".
 func (s Status) String() string {
 	if len(s.Addresses) == 0 {
 		return "no upstream"
