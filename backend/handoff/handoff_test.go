@@ -281,7 +281,13 @@ func TestScaleDownCoexists(t *testing.T) {
 			[]string{"coredns-autoscaler autoscales it (--target=deployment/coredns)"}},
 		{"add-on manager", cat(daemonSet(1, 1), served(1), []runtime.Object{withLabel("addonmanager.kubernetes.io/mode", "Reconcile")}),
 			[]string{"addonmanager.kubernetes.io/mode=Reconcile", "coreDNS.overrideReconciler=true"}},
-		{"k3s", cat(daemonSet(1, 1), served(1), []runtime.Object{withAnnotation("objectset.rio.cattle.io/hash", "abc")}),
+		// As k3s's deploy controller leaves it: the hash a label, the
+		// owner in annotations.
+		{"k3s", cat(daemonSet(1, 1), served(1), []runtime.Object{withLabel("objectset.rio.cattle.io/hash", "abc")}),
+			[]string{"the label objectset.rio.cattle.io/hash", "k3s", "coreDNS.overrideReconciler=true"}},
+		{"k3s's owner annotation", cat(daemonSet(1, 1), served(1), []runtime.Object{withAnnotation("objectset.rio.cattle.io/owner-gvk", "k3s.cattle.io/v1, Kind=Addon")}),
+			[]string{`objectset.rio.cattle.io/owner-gvk="k3s.cattle.io/v1, Kind=Addon"`, "k3s"}},
+		{"k3s hash as an annotation", cat(daemonSet(1, 1), served(1), []runtime.Object{withAnnotation("objectset.rio.cattle.io/hash", "abc")}),
 			[]string{"objectset.rio.cattle.io/hash", "k3s"}},
 		{"scaled down before, back since", cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(3, "2", 3)}),
 			[]string{"was scaled to 0 by nodedns before (nodedns.io/coredns-replicas=2) and runs 3 replicas again"}},
