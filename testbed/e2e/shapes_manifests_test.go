@@ -1,5 +1,18 @@
 package e2e
 
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/nodedns/nodedns/testbed"
+)
+
 // The DNS objects each distribution deploys, as it deploys them: names,
 // labels, selectors, ClusterIPs, ports, Corefiles and autoscalers from its
 // published manifests and charts. What differs from the real thing, and
@@ -22,7 +35,7 @@ const k3sManifest = `
 apiVersion: networking.k8s.io/v1
 kind: ServiceCIDR
 metadata:
-  name: k3s-services
+  name: shapes-10-43
 spec:
   cidrs: ["10.43.0.0/16"]
 ---
@@ -33,6 +46,24 @@ metadata:
   namespace: kube-system
   labels: {objectset.rio.cattle.io/hash: 01d8b8a7f1e1b8b1b0b6f1e0c53f7a8e2b33b1a7}
   annotations: {objectset.rio.cattle.io/id: "", objectset.rio.cattle.io/owner-gvk: "k3s.cattle.io/v1, Kind=Addon", objectset.rio.cattle.io/owner-name: coredns, objectset.rio.cattle.io/owner-namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:coredns
+  labels: {kubernetes.io/bootstrapping: rbac-defaults}
+rules:
+- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:coredns
+  labels: {kubernetes.io/bootstrapping: rbac-defaults}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:coredns}
+subjects:
+- {kind: ServiceAccount, name: coredns, namespace: kube-system}
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -155,7 +186,7 @@ const rke2Manifest = `
 apiVersion: networking.k8s.io/v1
 kind: ServiceCIDR
 metadata:
-  name: rke2-services
+  name: shapes-10-43
 spec:
   cidrs: ["10.43.0.0/16"]
 ---
@@ -302,6 +333,24 @@ metadata:
   namespace: kube-system
   labels: {addonmanager.kubernetes.io/mode: Reconcile, kubernetes.io/cluster-service: "true"}
 ---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:coredns
+  labels: {kubernetes.io/bootstrapping: rbac-defaults, addonmanager.kubernetes.io/mode: Reconcile}
+rules:
+- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:coredns
+  labels: {kubernetes.io/bootstrapping: rbac-defaults, addonmanager.kubernetes.io/mode: Reconcile}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:coredns}
+subjects:
+- {kind: ServiceAccount, name: coredns, namespace: kube-system}
+---
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -413,6 +462,24 @@ metadata:
   name: kube-dns
   namespace: kube-system
   labels: {addonmanager.kubernetes.io/mode: Reconcile, kubernetes.io/cluster-service: "true"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: shapes:kube-dns
+  labels: {kubernetes.io/bootstrapping: rbac-defaults, addonmanager.kubernetes.io/mode: Reconcile}
+rules:
+- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: shapes:kube-dns
+  labels: {kubernetes.io/bootstrapping: rbac-defaults, addonmanager.kubernetes.io/mode: Reconcile}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: shapes:kube-dns}
+subjects:
+- {kind: ServiceAccount, name: kube-dns, namespace: kube-system}
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -558,3 +625,55 @@ spec:
         - --logtostderr=true
         - --v=2
 `
+
+// TestShapeManifests: every shape's manifest, its placeholders filled,
+// decodes into objects with a kind and a name, and its DNS Service and
+// Deployment are among them with the shape's ClusterIP.
+func TestShapeManifests(t *testing.T) {
+	r := &shapesRun{imgs: nodeImages{backend: testbed.Archive{Ref: "example.test/backend:v1"}}}
+	for _, s := range shapes() {
+		var m string
+		switch s.name {
+		case "k3s":
+			m = r.manifest(k3sManifest, nil)
+		case "rke2":
+			m = r.manifest(rke2Manifest, &autoscaler{name: "a", target: "Deployment/x", params: "{}"})
+		case "kubespray":
+			m = r.manifest(kubesprayManifest, &autoscaler{name: "a", target: "Deployment/x", params: "{}"})
+		case "gke":
+			m = r.manifest(gkeManifest, &autoscaler{name: "a", target: "Deployment/x", params: "{}"})
+		default:
+			continue // testbed.DeployCoreDNS's objects
+		}
+		dec := k8syaml.NewYAMLOrJSONDecoder(strings.NewReader(m), 4096)
+		found := map[string]bool{}
+		for {
+			var u unstructured.Unstructured
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			if u.Object == nil {
+				continue
+			}
+			if u.GetKind() == "" || u.GetName() == "" {
+				t.Errorf("%s: an object without kind or name: %v", s.name, u.Object)
+			}
+			found[u.GetKind()+"/"+u.GetName()] = true
+			if u.GetKind() == "Service" && u.GetName() == s.service {
+				if ip, _, _ := unstructured.NestedString(u.Object, "spec", "clusterIP"); ip != s.clusterIP {
+					t.Errorf("%s: Service %s at %s, want %s", s.name, s.service, ip, s.clusterIP)
+				}
+			}
+			if strings.Contains(fmt.Sprint(u.Object), "IMAGE") || strings.Contains(fmt.Sprint(u.Object), "AUTOSCALER") {
+				t.Errorf("%s: %s/%s keeps a placeholder", s.name, u.GetKind(), u.GetName())
+			}
+		}
+		for _, want := range []string{"Service/" + s.service, "Deployment/" + s.deployment} {
+			if !found[want] {
+				t.Errorf("%s: no %s in %v", s.name, want, found)
+			}
+		}
+	}
+}
