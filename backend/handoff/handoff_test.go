@@ -571,6 +571,32 @@ func TestMainUsage(t *testing.T) {
 // (the Job's podFailurePolicy fails it at once); AllowNoDNS lets it
 // through with a warning, and also a Deployment that never becomes
 // available.
+// TestRestoreWaitsForTheService: Restore returns only once the DNS
+// Service lists a ready endpoint that is not a nodedns pod, and fails
+// (nodedns stays) when it never does.
+func TestRestoreWaitsForTheService(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pods []string // the Service's ready endpoints
+		want string   // in the error; "" success
+	}{
+		{"CoreDNS listed", []string{"nodedns-0", "coredns-abc"}, ""},
+		{"nodedns only", []string{"nodedns-0"}, "lists no ready endpoint besides the nodedns pods"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := cat(daemonSet(1, 1), []runtime.Object{node("node-0", false), kubeDNS(nil, intstr.FromInt32(53)), slice("s", tc.pods...), deployment(0, "2", 2)})
+			h, _, log := newHandoff(t, objs...)
+			err := h.Restore(context.Background())
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Restore: %v\n%s", err, log)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Restore: %v, want an error naming %q\n%s", err, tc.want, log)
+			}
+		})
+	}
+}
+
 func TestRestoreRefusal(t *testing.T) {
 	h, _, log := newHandoff(t)
 	err := h.Restore(context.Background())
