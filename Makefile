@@ -134,10 +134,28 @@ pod.yaml: ## Regenerate pod.yaml and the values table of helm/nodedns/README.md 
 clean: ## Remove build output.
 	rm -rf $(BIN)
 
-.PHONY: e2e
-e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node namespaces, images built here (root; testbed/README.md).
+.PHONY: e2e shapes
+e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node namespaces, images built here (root; testbed/README.md); the whole shape matrix with them.
 	tools/k8s/build.sh realnode
-	$(GO) test -count=1 -timeout 30m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP|TestSlowDomain)' ./images/ ./testbed/ ./testbed/e2e/
+	NODEDNS_SHAPES=all $(GO) test -count=1 -timeout 90m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP|TestSlowDomain|TestShapes)' ./images/ ./testbed/ ./testbed/e2e/
+
+# `make shapes` runs the shape matrix alone (TestShapes, docs/platforms.md):
+# nodedns installed, upgraded and uninstalled under client load on each
+# distribution's DNS objects, on one two-node cluster. SHAPES selects
+# shapes by name (comma-separated); `make test` runs only k3s. With
+# NODEDNS_CPA_SRC set to a cluster-proportional-autoscaler source tree
+# (with vendor/), the autoscalers are the real one built from it. Its last
+# line is the summary.
+SHAPES     ?= all
+SHAPES_OUT := $(BIN)/shapes.txt
+
+shapes: build ## Run the shape matrix on real nodes (root; about 20 min); last line: shapes: P passed of T (names).
+	@tools/k8s/build.sh realnode >/dev/null
+	@mkdir -p $(BIN); rm -f $(SHAPES_OUT)
+	@status=0; NODEDNS_SHAPES=$(SHAPES) NODEDNS_SHAPES_SUMMARY=$(CURDIR)/$(SHAPES_OUT) \
+		$(GO) test -count=1 -timeout 70m -v -run '^TestShapes$$' ./testbed/e2e/ || status=$$?; \
+	if [ -s $(SHAPES_OUT) ]; then cat $(SHAPES_OUT); else echo "shapes: 0 passed (the matrix did not run)"; status=1; fi; \
+	exit $$status
 
 # `make conformance` runs Kubernetes' own [sig-network] DNS e2e specs on two
 # real kubelet nodes for each design (conformance/README.md); the JUnit

@@ -199,6 +199,18 @@ func TestHandoffAsChartRole(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 	setDeploymentStatus(2)
+	// and, as the slice controller would once they are ready, kube-dns
+	// lists one of them: Restore waits for that too.
+	cur, err := c.DiscoveryV1().EndpointSlices(ns).Get(ctx, "kube-dns-nodedns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Endpoints = append(cur.Endpoints, discoveryv1.Endpoint{Addresses: []string{"192.0.2.100"},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "coredns-5d78c9869d-abcde"}})
+	if _, err := c.DiscoveryV1().EndpointSlices(ns).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-done; err != nil {
 		t.Fatalf("restore: %v", err)
 	}

@@ -48,8 +48,11 @@ const (
 	// labelled Reconcile from its manifests.
 	addonManagerLabel = "addonmanager.kubernetes.io/mode"
 	// k3s's deploy controller (wrangler's apply) marks what it applies from
-	// its packaged manifests, which it rewrites and applies at every start.
-	k3sHashAnnotation = "objectset.rio.cattle.io/hash"
+	// its packaged manifests, which it rewrites and applies at every start:
+	// a label with the hash of its owner, the Addon, and annotations
+	// naming that owner (owner-gvk "k3s.cattle.io/v1, Kind=Addon").
+	k3sHashLabel       = "objectset.rio.cattle.io/hash"
+	k3sOwnerAnnotation = "objectset.rio.cattle.io/owner-gvk"
 )
 
 // maxNamed is how many nodes or pods a message names before "and N more".
@@ -77,10 +80,10 @@ func (h *Handoff) owner(ctx context.Context, d *appsv1.Deployment) (string, erro
 				"Where that manifest leaves replicas out (upstream's and GKE's do, so that an autoscaler may set them), scale its autoscaler to 0 first, "+
 				"then set the chart value coreDNS.overrideReconciler=true and run helm upgrade", h.Namespace, h.Deployment, addonManagerLabel), nil
 		}
-		if _, ok := d.Annotations[k3sHashAnnotation]; ok {
-			return fmt.Sprintf("Deployment %s/%s carries the annotation %s: k3s applies it from its packaged manifest, again at every k3s start. "+
-				"To hand off anyway (CoreDNS comes back, beside nodedns, after a k3s restart), set the chart value coreDNS.overrideReconciler=true and run helm upgrade",
-				h.Namespace, h.Deployment, k3sHashAnnotation), nil
+		if mark := k3sMark(d); mark != "" {
+			return fmt.Sprintf("Deployment %s/%s carries %s: k3s applies it from its packaged manifest, again at every k3s start. "+
+				"Its manifest sets no replicas: to hand off, set the chart value coreDNS.overrideReconciler=true and run helm upgrade",
+				h.Namespace, h.Deployment, mark), nil
 		}
 	}
 	list, err := h.Client.AppsV1().Deployments(h.Namespace).List(ctx, metav1.ListOptions{})
@@ -105,6 +108,23 @@ func (h *Handoff) owner(ctx context.Context, d *appsv1.Deployment) (string, erro
 			"as on managed clusters, that is its own setting), then run helm upgrade", h.Namespace, a.Name, target, h.Namespace, a.Name), nil
 	}
 	return "", nil
+}
+
+// k3sMark names what marks d as applied by k3s's deploy controller, or
+// "". The objects it applies carry the label objectset.rio.cattle.io/hash
+// (on k3s's own Deployment, beside its annotations naming the Addon);
+// the annotation alone is taken too, as older handoffs did.
+func k3sMark(d *appsv1.Deployment) string {
+	if _, ok := d.Labels[k3sHashLabel]; ok {
+		return "the label " + k3sHashLabel
+	}
+	if gvk := d.Annotations[k3sOwnerAnnotation]; strings.HasPrefix(gvk, "k3s.cattle.io/") {
+		return fmt.Sprintf("the annotation %s=%q", k3sOwnerAnnotation, gvk)
+	}
+	if _, ok := d.Annotations[k3sHashLabel]; ok {
+		return "the annotation " + k3sHashLabel
+	}
+	return ""
 }
 
 // autoscalerTarget returns the value of a --target flag of any container

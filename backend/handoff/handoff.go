@@ -453,12 +453,54 @@ func (h *Handoff) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("Deployment %s/%s not available: %w", h.Namespace, h.Deployment, err)
 	}
+	if err := h.waitListed(ctx); err != nil {
+		return err
+	}
 	if _, ok := d.Annotations[ReplicasAnnotation]; ok {
 		if err := h.patch(ctx, map[string]any{"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: nil}}}); err != nil {
 			return err
 		}
 	}
 	h.Logf("Deployment %s/%s available with %d replicas: nodedns may go", h.Namespace, h.Deployment, want)
+	return nil
+}
+
+// waitListed waits (Converge) until the DNS Service's EndpointSlices list
+// a ready endpoint that is not a nodedns pod: available pods serve the
+// pods' nameserver only once the Service lists them, and nodedns goes next.
+// A Service that does not exist is not waited for (nothing to check).
+func (h *Handoff) waitListed(ctx context.Context) error {
+	svc, err := h.Client.CoreV1().Services(h.Namespace).Get(ctx, h.Service, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		h.Logf("no Service %s/%s: its endpoints are not checked", h.Namespace, h.Service)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get Service %s/%s: %w", h.Namespace, h.Service, err)
+	}
+	pods := map[string]string{}
+	if ds, err := h.Client.AppsV1().DaemonSets(h.Namespace).Get(ctx, h.DaemonSet, metav1.GetOptions{}); err == nil {
+		if pods, err = h.nodednsPods(ctx, ds); err != nil {
+			return err
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get DaemonSet %s/%s: %w", h.Namespace, h.DaemonSet, err)
+	}
+	var eps *endpoints
+	err = h.waitBounded(ctx, func() (bool, error) {
+		var err error
+		eps, err = h.readEndpoints(ctx, svc, pods)
+		return err == nil && len(eps.others) > 0, err
+	})
+	if errors.Is(err, errBound) {
+		return fmt.Errorf("Service %s/%s lists no ready endpoint besides the nodedns pods %s after Deployment %s/%s became available: once nodedns is removed nothing would serve it. "+
+			"Check that the Service selects the Deployment's pods (kubectl -n %s get endpointslices -l kubernetes.io/service-name=%s)",
+			h.Namespace, h.Service, h.converge(), h.Namespace, h.Deployment, h.Namespace, h.Service)
+	}
+	if err != nil {
+		return err
+	}
+	h.Logf("Service %s/%s lists %d ready endpoints besides the nodedns pods: %s", h.Namespace, h.Service, len(eps.others), named(eps.others))
 	return nil
 }
 

@@ -281,7 +281,13 @@ func TestScaleDownCoexists(t *testing.T) {
 			[]string{"coredns-autoscaler autoscales it (--target=deployment/coredns)"}},
 		{"add-on manager", cat(daemonSet(1, 1), served(1), []runtime.Object{withLabel("addonmanager.kubernetes.io/mode", "Reconcile")}),
 			[]string{"addonmanager.kubernetes.io/mode=Reconcile", "coreDNS.overrideReconciler=true"}},
-		{"k3s", cat(daemonSet(1, 1), served(1), []runtime.Object{withAnnotation("objectset.rio.cattle.io/hash", "abc")}),
+		// As k3s's deploy controller leaves it: the hash a label, the
+		// owner in annotations.
+		{"k3s", cat(daemonSet(1, 1), served(1), []runtime.Object{withLabel("objectset.rio.cattle.io/hash", "abc")}),
+			[]string{"the label objectset.rio.cattle.io/hash", "k3s", "coreDNS.overrideReconciler=true"}},
+		{"k3s's owner annotation", cat(daemonSet(1, 1), served(1), []runtime.Object{withAnnotation("objectset.rio.cattle.io/owner-gvk", "k3s.cattle.io/v1, Kind=Addon")}),
+			[]string{`objectset.rio.cattle.io/owner-gvk="k3s.cattle.io/v1, Kind=Addon"`, "k3s"}},
+		{"k3s hash as an annotation", cat(daemonSet(1, 1), served(1), []runtime.Object{withAnnotation("objectset.rio.cattle.io/hash", "abc")}),
 			[]string{"objectset.rio.cattle.io/hash", "k3s"}},
 		{"scaled down before, back since", cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(3, "2", 3)}),
 			[]string{"was scaled to 0 by nodedns before (nodedns.io/coredns-replicas=2) and runs 3 replicas again"}},
@@ -565,6 +571,32 @@ func TestMainUsage(t *testing.T) {
 // (the Job's podFailurePolicy fails it at once); AllowNoDNS lets it
 // through with a warning, and also a Deployment that never becomes
 // available.
+// TestRestoreWaitsForTheService: Restore returns only once the DNS
+// Service lists a ready endpoint that is not a nodedns pod, and fails
+// (nodedns stays) when it never does.
+func TestRestoreWaitsForTheService(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pods []string // the Service's ready endpoints
+		want string   // in the error; "" success
+	}{
+		{"CoreDNS listed", []string{"nodedns-0", "coredns-abc"}, ""},
+		{"nodedns only", []string{"nodedns-0"}, "lists no ready endpoint besides the nodedns pods"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := cat(daemonSet(1, 1), []runtime.Object{node("node-0", false), kubeDNS(nil, intstr.FromInt32(53)), slice("s", tc.pods...), deployment(0, "2", 2)})
+			h, _, log := newHandoff(t, objs...)
+			err := h.Restore(context.Background())
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Restore: %v\n%s", err, log)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Restore: %v, want an error naming %q\n%s", err, tc.want, log)
+			}
+		})
+	}
+}
+
 func TestRestoreRefusal(t *testing.T) {
 	h, _, log := newHandoff(t)
 	err := h.Restore(context.Background())

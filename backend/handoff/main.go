@@ -53,7 +53,7 @@ func Main(args []string, stderr io.Writer) int {
 	podPorts := fs.String("pod-ports", "53", "scale-down: comma-separated node ports on which the nodedns pods serve DNS; the Service's port 53 must target one")
 	replicas := fs.Int("replicas", 2, "restore: replicas when the Deployment has none recorded")
 	fs.DurationVar(&h.Settle, "settle", DefaultSettle, "scale-down: how long to watch the Deployment for replicas coming back after scaling it to 0")
-	fs.DurationVar(&h.Converge, "converge", DefaultConverge, "scale-down: bound on each wait for the Service's endpoints (before the scale-down: coexist; after: scale back)")
+	fs.DurationVar(&h.Converge, "converge", DefaultConverge, "bound on each wait for the Service's endpoints (scale-down: before it, coexist; after it, scale back; restore: for an endpoint besides nodedns, else fail)")
 	fs.BoolVar(&h.OverrideReconciler, "override-reconciler", false, "scale-down: scale down a Deployment marked as an add-on manager's or k3s's (they must leave its replicas alone)")
 	fs.BoolVar(&h.AllowNoDNS, "allow-no-dns", false, "restore: succeed when there is no Deployment to restore, or it does not become available")
 	timeout := fs.Duration("timeout", 4*time.Minute, "give up after this long")
