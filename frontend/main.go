@@ -47,6 +47,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "hold" {
 		return holdCmd(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "top" {
+		return topCmd(args[1:], stdout, stderr)
+	}
 	cfg, err := parseConfig(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -223,7 +226,14 @@ func listen(ctx context.Context, cfg config, res *resolver.Resolver, log *zap.Lo
 		return nil, fmt.Errorf("--allow-networks: %w", err)
 	}
 	go sources.Run(ctx)
+	qlog, err := server.ParseQueryLog(cfg.queryLog, cfg.queryLogSample)
+	if err != nil {
+		a.abort()
+		return nil, fmt.Errorf("--query-log: %w", err)
+	}
 	srv, err := server.New(server.Config{
+		QueryLog:             qlog,
+		TopTalkers:           cfg.topTalkers,
 		Sources:              sources,
 		Listen:               cfg.listen,
 		MaxInflight:          cfg.maxInflight,
@@ -295,7 +305,7 @@ func serve(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, pool *
 		}
 		return ok, detail + "; " + pool.Status().String()
 	}
-	s.httpSrv, s.httpAddrs, err = serveHTTP(ctx, cfg, reg, ready)
+	s.httpSrv, s.httpAddrs, err = serveHTTP(ctx, cfg, reg, ready, srv)
 	if err != nil {
 		a.abort()
 		_ = srv.Shutdown(context.Background())
@@ -426,7 +436,7 @@ func closeFiles(files []*os.File) {
 // during a surge upgrade can bind the same ports, counting in reg the
 // connections each evicts and refuses at its limits. It returns the servers
 // and their bound addresses (metrics, health).
-func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checker) ([]*httpserve.Server, [2]string, error) {
+func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checker, srv *server.Server) ([]*httpserve.Server, [2]string, error) {
 	const (
 		evictedFamily = metrics.Namespace + "_http_connections_evicted_total"
 		refusedFamily = metrics.Namespace + "_http_connections_refused_total"
@@ -440,7 +450,7 @@ func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checke
 		addr   string
 		routes map[string]httpserve.Handler
 	}{
-		{"metrics", cfg.metricsAddr, map[string]httpserve.Handler{"/metrics": metrics.Handler(reg)}},
+		{"metrics", cfg.metricsAddr, map[string]httpserve.Handler{"/metrics": metrics.Handler(reg), "/top": topHandler(srv)}},
 		{"health", cfg.healthAddr, health.Routes(ready)},
 	} {
 		if h.addr == "" {

@@ -155,6 +155,10 @@ pod template's probe address are added by the DaemonSet itself.
 {{- $f = append $f (list "log-level" (toString .Values.logLevel)) -}}
 {{- $f = append $f (list "max-inflight" (int64 .Values.maxInflight | toString)) -}}
 {{- $f = append $f (list "shed-delay" (toString .Values.shedDelay)) -}}
+{{- $f = append $f (list "query-log" (join "," .Values.frontend.queryLog.zones)) -}}
+{{- $f = append $f (list "query-log-sample" (toString .Values.frontend.queryLog.sample)) -}}
+{{- $f = append $f (list "top-talkers" (int64 .Values.frontend.topTalkers | toString)) -}}
+{{- $f = append $f (list "pass-client-address" (toString .Values.frontend.passClientAddress)) -}}
 {{- $c := .Values.cache -}}
 {{- $f = append $f (list "cache-size" (int64 $c.size | toString)) -}}
 {{- $f = append $f (list "negative-cache-size" (int64 $c.negativeSize | toString)) -}}
