@@ -32,7 +32,8 @@ import (
 // directives is the plugin chain order: a query passes through the plugins a
 // server block uses in this order, whatever their order in the Corefile. It
 // is CoreDNS's own order (plugin.cfg of v1.15.0) restricted to the plugins
-// above, so every plugin sees the others exactly as in a stock CoreDNS.
+// above, so every plugin sees the others exactly as in a stock CoreDNS;
+// nodedns_client comes before every plugin that reads a query's source.
 var directives = []string{
 	"reload",             // re-reads the Corefile every 30s; a ConfigMap edit applies without a restart
 	"bufsize",            // caps the EDNS0 UDP size before anything answers

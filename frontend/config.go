@@ -166,7 +166,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.queryLog, "query-log", "", "`ZONE[,ZONE]` whose queries are logged, one JSON line each (client address, name, type, rcode, answered from the cache or not, latency), sampled by --query-log-sample; . logs every name; empty disables")
 	fs.Float64Var(&cfg.queryLogSample, "query-log-sample", 0.01, "fraction of the queries of --query-log logged, from above 0 to 1")
 	fs.IntVar(&cfg.topTalkers, "top-talkers", server.DefaultTopTalkers, "client addresses whose queries, NXDOMAIN, SERVFAIL and REFUSED answers and refusals for capacity are counted over the last minute, served as JSON on --metrics' /top (nodedns-frontend top); past that many, new addresses are counted together as other; 0 disables")
-	fs.BoolVar(&cfg.passClient, "pass-client-address", false, "tell the backend, in an EDNS0 option (code 65053) of each miss, the address of the pod that asked, so that CoreDNS's log, acl and view plugins see pods; needs the nodedns_client plugin in the backend's server block, which removes the option (a plain CoreDNS would forward it); fallbacks never get it")
+	fs.BoolVar(&cfg.passClient, "pass-client-address", false, "tell the backend, in an EDNS0 option (code 65053) of each miss, the address of the pod that asked, so that CoreDNS's log and acl plugins see pods; needs the nodedns_client plugin in the backend's server block, which removes the option (a plain CoreDNS would forward it); fallbacks never get it")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
 	return fs
 }

@@ -231,8 +231,16 @@ func listen(ctx context.Context, cfg config, res *resolver.Resolver, log *zap.Lo
 		a.abort()
 		return nil, fmt.Errorf("--query-log: %w", err)
 	}
+	// The query log is written at info level whatever --log-level says:
+	// asking for it is asking for those lines.
+	qlogger, err := logging.New("info")
+	if err != nil {
+		a.abort()
+		return nil, err
+	}
 	srv, err := server.New(server.Config{
 		QueryLog:             qlog,
+		QueryLogger:          qlogger.Named("query"),
 		TopTalkers:           cfg.topTalkers,
 		Sources:              sources,
 		Listen:               cfg.listen,
@@ -450,7 +458,7 @@ func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checke
 		addr   string
 		routes map[string]httpserve.Handler
 	}{
-		{"metrics", cfg.metricsAddr, map[string]httpserve.Handler{"/metrics": metrics.Handler(reg), "/top": topHandler(srv)}},
+		{"metrics", cfg.metricsAddr, map[string]httpserve.Handler{"/metrics": metrics.Handler(reg), "/top": topHandler(srv, false), "/top.txt": topHandler(srv, true)}},
 		{"health", cfg.healthAddr, health.Routes(ready)},
 	} {
 		if h.addr == "" {

@@ -1,7 +1,8 @@
 // Package clientaddr is the backend's nodedns_client plugin: it makes the
 // pod that asked the frontend the source of the query that the frontend
-// sends on its behalf, so that the plugins after it (log, acl, view,
-// metadata) see pods rather than the frontend's loopback address.
+// sends on its behalf, so that the plugins after it (log, acl, anything
+// that reads the source) see pods rather than the frontend's loopback
+// address.
 //
 // The frontend (--pass-client-address) puts the pod's address in an EDNS0
 // option of each miss (shared/clientopt). This plugin removes every copy

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Defaults for the zero values of Config.
@@ -180,8 +182,12 @@ type Config struct {
 	BindRetry time.Duration
 
 	// QueryLog logs sampled queries of some zones, one structured log
-	// line each (observe.go). Zero: off.
+	// line each (observe.go), to QueryLogger at info level. Zero: off.
 	QueryLog QueryLog
+	// QueryLogger receives the query log, so that it can be written
+	// whatever the level of the server's own log. Nil: the server's log,
+	// named "query".
+	QueryLogger *zap.Logger
 
 	// TopTalkers is how many client addresses each UDP socket (and TCP,
 	// together) counts queries and error answers of, over the last

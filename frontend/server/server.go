@@ -104,7 +104,11 @@ func New(cfg Config, h Handler, log *zap.Logger, set *vm.Set) (*Server, error) {
 		conns: make(map[*tcpConn]struct{}),
 	}
 	s.hc, _ = h.(ClientHandler)
-	s.obs = newObserver(s.cfg.QueryLog, s.cfg.TopTalkers, log.Named("query"))
+	qlog := cfg.QueryLogger
+	if qlog == nil {
+		qlog = log.Named("query")
+	}
+	s.obs = newObserver(s.cfg.QueryLog, s.cfg.TopTalkers, qlog)
 	s.domains = newDomainTable()
 	s.local = newLocalAddrs(s.cfg.Listen)
 	s.missLimit.Store(int64(s.cfg.MaxInflight))

@@ -256,7 +256,7 @@ stubDomains.{{ $zone }} overlaps clusterDomain {{ $domain }}
 {{- end -}}
 {{- end -}}
 {{- $port := printf "%v" .Values.backend.port -}}
-{{- $safe := list "bind" "errors" "health" "ready" "prometheus" "nodedns_kubernetes" "kubernetes" "forward" "cache" "loop" "reload" "loadbalance" "log" "debug" "acl" -}}
+{{- $safe := list "bind" "nodedns_client" "errors" "health" "ready" "prometheus" "nodedns_kubernetes" "kubernetes" "forward" "cache" "loop" "reload" "loadbalance" "log" "debug" "acl" -}}
 {{- $options := list "endpointslices" "pods" "ttl" "startup_timeout" "kubeconfig" "endpoint" "tls" "namespaces" "namespace_labels" "labels" "noendpoints" "endpoint_pod_names" "ignore" "fallthrough" -}}
 {{- range $i, $s := .Values.servers -}}
 {{- $frontendBlock := false -}}
