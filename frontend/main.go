@@ -111,7 +111,16 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		// the holder for the next instance.
 		defer func() { _ = a.sup.Close() }()
 	}
-	srv, err := listen(ctx, cfg, res, log, reg, a)
+	// The query log is written at info level whatever --log-level says
+	// (asking for it is asking for those lines), each sampled query.
+	var qlogger *zap.Logger
+	if cfg.queryLog != "" {
+		var stopQlog func() error
+		qlogger, stopQlog = logging.NewQueryLog()
+		qlogger = qlogger.Named("query")
+		defer func() { _ = stopQlog() }()
+	}
+	srv, err := listen(ctx, cfg, res, log, qlogger, reg, a)
 	if err != nil {
 		return err
 	}
@@ -219,7 +228,9 @@ func adoptSockets(ctx context.Context, cfg config, log *zap.Logger) adoption {
 
 // listen starts the DNS server on the sockets adopted, binding those
 // missing. On error a handover in progress is given up.
-func listen(ctx context.Context, cfg config, res *resolver.Resolver, log *zap.Logger, reg *vm.Set, a adoption) (*server.Server, error) {
+//
+// qlogger receives the query log (--query-log); nil without it.
+func listen(ctx context.Context, cfg config, res *resolver.Resolver, log, qlogger *zap.Logger, reg *vm.Set, a adoption) (*server.Server, error) {
 	sources, err := srcpolicy.Parse(cfg.allowNetworks, srcpolicy.KernelRouter)
 	if err != nil {
 		a.abort()
@@ -231,16 +242,9 @@ func listen(ctx context.Context, cfg config, res *resolver.Resolver, log *zap.Lo
 		a.abort()
 		return nil, fmt.Errorf("--query-log: %w", err)
 	}
-	// The query log is written at info level whatever --log-level says:
-	// asking for it is asking for those lines.
-	qlogger, err := logging.New("info")
-	if err != nil {
-		a.abort()
-		return nil, err
-	}
 	srv, err := server.New(server.Config{
 		QueryLog:             qlog,
-		QueryLogger:          qlogger.Named("query"),
+		QueryLogger:          qlogger,
 		TopTalkers:           cfg.topTalkers,
 		Sources:              sources,
 		Listen:               cfg.listen,

@@ -83,3 +83,41 @@ func TestTopCommandErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryLogEveryLine: each sampled query is written (the process log's
+// own sampling, 100 identical lines a second, does not apply), with its
+// fields, within the query log's flush interval.
+func TestQueryLogEveryLine(t *testing.T) {
+	b := dnstest.Start(t, &backend{})
+	p := startProc(t, "--setup-network=false", "--listen=127.0.0.1:0", "--metrics=127.0.0.1:0", "--health=127.0.0.1:0",
+		"--backend="+b.Addr, "--handover-dir=", "--query-log=example.org", "--query-log-sample=1")
+	const n = 300
+	for range n {
+		askFrom(t, "127.0.0.2", p.ready.DNS[0], "www.example.org")
+	}
+	askFrom(t, "127.0.0.2", p.ready.DNS[0], "example.net") // outside the zone
+	var lines []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lines = regexp.MustCompile(`(?m)^.*"msg":"query".*$`).FindAllString(p.logs(), -1)
+		if len(lines) >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(lines) != n {
+		t.Fatalf("%d query log lines, want %d", len(lines), n)
+	}
+	var e map[string]any
+	if err := json.Unmarshal([]byte(lines[n-1]), &e); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"logger": "query", "client": "127.0.0.2", "proto": "udp", "name": "www.example.org.", "type": "A", "rcode": "NOERROR", "answer": "hit"} {
+		if e[k] != v {
+			t.Errorf("%s = %v, want %v in %s", k, e[k], v, lines[n-1])
+		}
+	}
+	if _, ok := e["latency"].(float64); !ok {
+		t.Errorf("no latency in %s", lines[n-1])
+	}
+}
