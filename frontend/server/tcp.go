@@ -259,10 +259,10 @@ func (c *tcpConn) query(n int) bool {
 		}
 		resp, a = s.overloaded((*bp)[:0], req, c.proto), answerOverload
 	}
-	c.write(resp)
 	if s.obs != nil {
 		s.obs.note(s.obs.tcpTalkers, true, c.src, c.proto, req, resp, a, sampled, start)
 	}
+	c.write(resp)
 	s.bigBufs.Put(bp)
 	return true
 }
@@ -295,10 +295,10 @@ func (j *missJob) runTCP() {
 	s, c := j.s, j.c
 	resp := s.serveSlow(j.dst, j.req, c.proto, c.src)
 	s.release(c.src, j.dom)
-	c.write(resp)
 	if s.obs != nil {
 		s.obs.note(s.obs.tcpTalkers, true, c.src, c.proto, j.req, resp, answerMiss, !j.start.IsZero(), j.start)
 	}
+	c.write(resp)
 	c.npend.Add(-1)
 	<-c.slots
 	c.pending.Done()

@@ -464,13 +464,15 @@ func (j *missJob) runUDP() {
 	p := udpProto(&j.name)
 	resp := s.serveSlow(j.dst, j.req, p, j.src)
 	s.release(j.src, j.dom)
+	if s.obs != nil {
+		// Before the answer leaves, as for a hit: a client that got it
+		// finds it counted.
+		s.obs.note(u.talk, true, j.src, p, j.req, resp, answerMiss, !j.start.IsZero(), j.start)
+	}
 	if len(resp) > 0 {
 		j.resp = resp
 		err := u.rc.Write(j.writeFn)
 		s.countSend(u, err, j.errno)
-	}
-	if s.obs != nil {
-		s.obs.note(u.talk, true, j.src, p, j.req, resp, answerMiss, !j.start.IsZero(), j.start)
 	}
 	j.put()
 }
