@@ -17,7 +17,7 @@ import (
 // once its /ready answers. The binary is $NODEDNS_FRONTEND_BIN, else built
 // from this tree into a temporary directory (a possibly stale bin/ is not
 // used; the frontend links neither CoreDNS nor client-go: seconds).
-func startFrontend(t testing.TB, b *backend) string {
+func startFrontend(t testing.TB, b *backend, extraArgs ...string) string {
 	t.Helper()
 	bin := os.Getenv("NODEDNS_FRONTEND_BIN")
 	if bin == "" {
@@ -28,14 +28,14 @@ func startFrontend(t testing.TB, b *backend) string {
 		}
 	}
 	dnsAddr, metrics, health := dnstest.FreeAddr(t), dnstest.FreeAddr(t), dnstest.FreeAddr(t)
-	cmd := exec.CommandContext(context.Background(), bin,
-		"--listen="+dnsAddr,
-		"--backend="+b.DNS,
+	cmd := exec.CommandContext(context.Background(), bin, append([]string{
+		"--listen=" + dnsAddr,
+		"--backend=" + b.DNS,
 		"--setup-network=false",
-		"--metrics="+metrics,
-		"--health="+health,
-		"--backend-ready-url=http://"+b.Ready+"/ready",
-	)
+		"--metrics=" + metrics,
+		"--health=" + health,
+		"--backend-ready-url=http://" + b.Ready + "/ready",
+	}, extraArgs...)...)
 	fe := proctest.Start(t, "nodedns-frontend", cmd)
 	deadline := time.Now().Add(20 * time.Second)
 	for {

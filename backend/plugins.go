@@ -21,6 +21,9 @@ import (
 	_ "github.com/coredns/coredns/plugin/rewrite"
 	_ "github.com/coredns/coredns/plugin/template"
 
+	// nodedns_client: the pod's address, passed by the frontend, as the
+	// query's source (backend/clientaddr).
+	_ "github.com/nodedns/nodedns/backend/clientaddr"
 	// nodedns_kubernetes: the kubernetes plugin with the EndpointSlice
 	// watches the DNS specification needs.
 	_ "github.com/nodedns/nodedns/backend/kubespec"
@@ -29,13 +32,15 @@ import (
 // directives is the plugin chain order: a query passes through the plugins a
 // server block uses in this order, whatever their order in the Corefile. It
 // is CoreDNS's own order (plugin.cfg of v1.15.0) restricted to the plugins
-// above, so every plugin sees the others exactly as in a stock CoreDNS.
+// above, so every plugin sees the others exactly as in a stock CoreDNS;
+// nodedns_client comes before every plugin that reads a query's source.
 var directives = []string{
 	"reload",             // re-reads the Corefile every 30s; a ConfigMap edit applies without a restart
 	"bufsize",            // caps the EDNS0 UDP size before anything answers
 	"bind",               // chooses listen addresses (setup only; not in the query path)
 	"ready",              // /ready on :8181 once the kubernetes plugin has synced (setup only)
 	"health",             // /health on :9155 with lameduck (setup only)
+	"nodedns_client",     // the frontend's pod address as the query's source, before anything reads it (backend/clientaddr)
 	"prometheus",         // wraps everything below so each answer is counted (plugin/metrics)
 	"errors",             // logs errors returned by the plugins below
 	"log",                // query log, off in the default Corefile

@@ -130,7 +130,7 @@ func TestPluginsFlag(t *testing.T) {
 		t.Errorf("-plugins printed %v, want %v", got, directives)
 	}
 	want := []string{"acl", "bind", "bufsize", "cache", "errors", "forward", "health", "hosts", "kubernetes",
-		"loadbalance", "log", "loop", "nodedns_kubernetes", "prometheus", "ready", "reload", "rewrite", "template"}
+		"loadbalance", "log", "loop", "nodedns_client", "nodedns_kubernetes", "prometheus", "ready", "reload", "rewrite", "template"}
 	sorted := slices.Sorted(slices.Values(directives))
 	if !slices.Equal(sorted, want) {
 		t.Errorf("curated set is %v, want %v", sorted, want)
@@ -168,8 +168,8 @@ func TestDefaultCorefile(t *testing.T) {
 		key  string
 		dirs []string
 	}{
-		{".:5300", []string{"bind", "errors", "health", "ready", "prometheus", "nodedns_kubernetes", "forward", "cache", "loop", "reload", "loadbalance"}},
-		{".:5301", []string{"bind", "acl", "errors", "prometheus", "forward"}},
+		{".:5300", []string{"bind", "nodedns_client", "errors", "health", "ready", "prometheus", "nodedns_kubernetes", "forward", "cache", "loop", "reload", "loadbalance"}},
+		{".:5301", []string{"bind", "nodedns_client", "acl", "errors", "prometheus", "forward"}},
 	}
 	for i, w := range want {
 		if !slices.Equal(blocks[i].Keys, []string{w.key}) {

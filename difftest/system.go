@@ -57,6 +57,8 @@ var frontendKept = []string{
 	"max-inflight", "shed-delay", "cache-size", "negative-cache-size", "min-ttl", "max-ttl",
 	"negative-max-ttl", "servfail-ttl", "serve-stale", "prefetch", "cluster-domain",
 	"cluster-negative-max-ttl", "search-prefetch", "deny-below-nxdomain", "shutdown-timeout",
+	// The pod's address passed to the backend must not change an answer.
+	"pass-client-address",
 }
 
 func httpOK(url string) bool {

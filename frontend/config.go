@@ -95,6 +95,14 @@ type config struct {
 	shedDelay       time.Duration
 	version         bool
 
+	// The query log (--query-log, --query-log-sample), the top talkers
+	// (--top-talkers) and the client's address passed to the backend
+	// (--pass-client-address).
+	queryLog       string
+	queryLogSample float64
+	topTalkers     int
+	passClient     bool
+
 	// maxInflightPerSource bounds one client's misses in flight; 0 is
 	// server.Config's default (an eighth of maxInflight).
 	maxInflightPerSource int
@@ -109,7 +117,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("nodedns-frontend", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: nodedns-frontend [flags]\n       nodedns-frontend diagnose\n       nodedns-frontend hold --holder-dir=DIR [--hold-timeout=30s]\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: nodedns-frontend [flags]\n       nodedns-frontend diagnose\n       nodedns-frontend top [--metrics=ADDR] [-n=N]\n       nodedns-frontend hold --holder-dir=DIR [--hold-timeout=30s]\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	c := cache.DefaultConfig()
@@ -155,6 +163,10 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.clusterDomain, "cluster-domain", defaultClusterDomain, "kubelet's --cluster-domain `DOMAIN`: the zone the backend answers from the API server, which --search-prefetch, --deny-below-nxdomain and --cluster-negative-max-ttl apply to; empty turns them off")
 	fs.BoolVar(&cfg.searchPrefetch, "search-prefetch", true, "a miss of NAME.NAMESPACE.svc.DOMAIN (NAME of two labels or more) also fetches NAME.svc.DOMAIN and NAME.DOMAIN, a pod's next two tries; NAME itself only when it was asked before")
 	fs.BoolVar(&cfg.denyBelow, "deny-below-nxdomain", true, "answer NXDOMAIN from the cache for a name under a Service, namespace or name of DOMAIN cached NXDOMAIN (RFC 8020), without asking the backend; false where the Corefile serves names of DOMAIN by other plugins or servers")
+	fs.StringVar(&cfg.queryLog, "query-log", "", "`ZONE[,ZONE]` whose queries are logged, one JSON line each (client address, name, type, rcode, answered from the cache or not, latency), sampled by --query-log-sample; . logs every name; empty disables")
+	fs.Float64Var(&cfg.queryLogSample, "query-log-sample", 0.01, "fraction of the queries of --query-log logged, from above 0 to 1")
+	fs.IntVar(&cfg.topTalkers, "top-talkers", server.DefaultTopTalkers, "client addresses whose queries, NXDOMAIN, SERVFAIL and REFUSED answers and refusals for capacity are counted over the last minute, served as JSON on --metrics' /top (nodedns-frontend top); past that many, new addresses are counted together as other; 0 disables")
+	fs.BoolVar(&cfg.passClient, "pass-client-address", false, "tell the backend, in an EDNS0 option (code 65053) of each miss, the address of the pod that asked, so that CoreDNS's log and acl plugins see pods; needs the nodedns_client plugin in the backend's server block, which removes the option (a plain CoreDNS would forward it); fallbacks never get it")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
 	return fs
 }
@@ -246,6 +258,12 @@ func (c config) validate() error {
 	}
 	if c.shedDelay < 0 {
 		errs = append(errs, fmt.Errorf("--shed-delay %v: must not be negative (0 disables)", c.shedDelay))
+	}
+	if _, err := server.ParseQueryLog(c.queryLog, c.queryLogSample); err != nil {
+		errs = append(errs, fmt.Errorf("--query-log/--query-log-sample: %w", err))
+	}
+	if c.topTalkers < 0 {
+		errs = append(errs, fmt.Errorf("--top-talkers %d: must not be negative (0 disables)", c.topTalkers))
 	}
 	switch c.logLevel {
 	case "debug", "info", "warn", "error":
@@ -349,6 +367,6 @@ func (c config) resolverConfig(port string) resolver.Config {
 	return resolver.Config{
 		Cache: c.cache, Server: "dns://:" + port, ClusterDomain: c.clusterDomain,
 		SearchPrefetch: c.searchPrefetch, DenyBelowNXDOMAIN: c.denyBelow,
-		AnswerTimeout: c.answerTimeout,
+		AnswerTimeout: c.answerTimeout, PassClient: c.passClient,
 	}
 }

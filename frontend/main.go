@@ -47,6 +47,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "hold" {
 		return holdCmd(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "top" {
+		return topCmd(args[1:], stdout, stderr)
+	}
 	cfg, err := parseConfig(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -108,7 +111,16 @@ func run(ctx context.Context, cfg config, started func(listening)) (err error) {
 		// the holder for the next instance.
 		defer func() { _ = a.sup.Close() }()
 	}
-	srv, err := listen(ctx, cfg, res, log, reg, a)
+	// The query log is written at info level whatever --log-level says
+	// (asking for it is asking for those lines), each sampled query.
+	var qlogger *zap.Logger
+	if cfg.queryLog != "" {
+		var stopQlog func() error
+		qlogger, stopQlog = logging.NewQueryLog()
+		qlogger = qlogger.Named("query")
+		defer func() { _ = stopQlog() }()
+	}
+	srv, err := listen(ctx, cfg, res, log, qlogger, reg, a)
 	if err != nil {
 		return err
 	}
@@ -216,14 +228,24 @@ func adoptSockets(ctx context.Context, cfg config, log *zap.Logger) adoption {
 
 // listen starts the DNS server on the sockets adopted, binding those
 // missing. On error a handover in progress is given up.
-func listen(ctx context.Context, cfg config, res *resolver.Resolver, log *zap.Logger, reg *vm.Set, a adoption) (*server.Server, error) {
+//
+// qlogger receives the query log (--query-log); nil without it.
+func listen(ctx context.Context, cfg config, res *resolver.Resolver, log, qlogger *zap.Logger, reg *vm.Set, a adoption) (*server.Server, error) {
 	sources, err := srcpolicy.Parse(cfg.allowNetworks, srcpolicy.KernelRouter)
 	if err != nil {
 		a.abort()
 		return nil, fmt.Errorf("--allow-networks: %w", err)
 	}
 	go sources.Run(ctx)
+	qlog, err := server.ParseQueryLog(cfg.queryLog, cfg.queryLogSample)
+	if err != nil {
+		a.abort()
+		return nil, fmt.Errorf("--query-log: %w", err)
+	}
 	srv, err := server.New(server.Config{
+		QueryLog:             qlog,
+		QueryLogger:          qlogger,
+		TopTalkers:           cfg.topTalkers,
 		Sources:              sources,
 		Listen:               cfg.listen,
 		MaxInflight:          cfg.maxInflight,
@@ -295,7 +317,7 @@ func serve(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, pool *
 		}
 		return ok, detail + "; " + pool.Status().String()
 	}
-	s.httpSrv, s.httpAddrs, err = serveHTTP(ctx, cfg, reg, ready)
+	s.httpSrv, s.httpAddrs, err = serveHTTP(ctx, cfg, reg, ready, srv)
 	if err != nil {
 		a.abort()
 		_ = srv.Shutdown(context.Background())
@@ -426,7 +448,7 @@ func closeFiles(files []*os.File) {
 // during a surge upgrade can bind the same ports, counting in reg the
 // connections each evicts and refuses at its limits. It returns the servers
 // and their bound addresses (metrics, health).
-func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checker) ([]*httpserve.Server, [2]string, error) {
+func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checker, srv *server.Server) ([]*httpserve.Server, [2]string, error) {
 	const (
 		evictedFamily = metrics.Namespace + "_http_connections_evicted_total"
 		refusedFamily = metrics.Namespace + "_http_connections_refused_total"
@@ -440,7 +462,7 @@ func serveHTTP(ctx context.Context, cfg config, reg *vm.Set, ready health.Checke
 		addr   string
 		routes map[string]httpserve.Handler
 	}{
-		{"metrics", cfg.metricsAddr, map[string]httpserve.Handler{"/metrics": metrics.Handler(reg)}},
+		{"metrics", cfg.metricsAddr, map[string]httpserve.Handler{"/metrics": metrics.Handler(reg), "/top": topHandler(srv, false), "/top.txt": topHandler(srv, true)}},
 		{"health", cfg.healthAddr, health.Routes(ready)},
 	} {
 		if h.addr == "" {

@@ -304,6 +304,9 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--metrics=:9253", "--health=:9253"}, "both"},
 		{[]string{"--backend-ready-url=https://127.0.0.1:8181/ready"}, "--backend-ready-url"},
 		{[]string{"--max-ttl=1.5s"}, "whole seconds"},
+		{[]string{"--query-log=.", "--query-log-sample=0"}, "--query-log"},
+		{[]string{"--query-log=bad..zone"}, "--query-log"},
+		{[]string{"--top-talkers=-1"}, "--top-talkers"},
 		{[]string{"--no-such-flag"}, "not defined"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {

@@ -40,6 +40,11 @@ type Config struct {
 	// cache for the next queries. Every waiter of a shared exchange gets
 	// its own bound. Default DefaultAnswerTimeout; it must be positive.
 	AnswerTimeout time.Duration
+	// PassClient passes the address of the pod whose miss a backend query
+	// is for to the backend, in the EDNS0 option of shared/clientopt; the
+	// backend's nodedns_client plugin makes it the query's source. Only
+	// the backend gets it (never a fallback). Default false.
+	PassClient bool
 }
 
 // DefaultAnswerTimeout is Config.AnswerTimeout's default: a stub resolver

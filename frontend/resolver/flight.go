@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -20,8 +21,11 @@ import (
 // gets a copy of the same entry written for its own query (ID, case, EDNS,
 // size limit) by cache.Write.
 type flight struct {
-	key  []byte        // the cache key, owned by the flight
-	done chan struct{} // closed once resp and err are set (and e, for an answer to store)
+	key []byte // the cache key, owned by the flight
+	// client is the pod whose miss started the flight, told to the
+	// backend (fetch); invalid for a prefetch or without PassClient.
+	client netip.Addr
+	done   chan struct{} // closed once resp and err are set (and e, for an answer to store)
 
 	// Set before done is closed, read-only after.
 	resp *dns.Msg // the backend's answer, shared: read-only; nil when err is set
@@ -68,7 +72,9 @@ var errNoFlight = errors.New("exchange ended without a result")
 // With search set (a pod's miss), a new flight also starts the search-path
 // prefetch of key (searchPrefetch); a miss that joins a running flight,
 // such as a pod's next try joining the prefetch of it, starts nothing.
-func (r *Resolver) join(ctx context.Context, key []byte, search bool) *flight {
+//
+// client, when valid, is passed to the backend by a new flight (fetch).
+func (r *Resolver) join(ctx context.Context, key []byte, search bool, client netip.Addr) *flight {
 	r.mu.Lock()
 	if f := r.flights[string(key)]; f != nil {
 		r.mu.Unlock()
@@ -76,6 +82,7 @@ func (r *Resolver) join(ctx context.Context, key []byte, search bool) *flight {
 		return f
 	}
 	f := newFlight(key)
+	f.client = client
 	if r.closed {
 		r.mu.Unlock()
 		r.fly(ctx, f)
@@ -103,7 +110,7 @@ func newFlight(key []byte) *flight {
 func (r *Resolver) fly(ctx context.Context, f *flight) {
 	f.err = errNoFlight
 	defer r.land(f) // even after a panic: a flight left in the map would hang every later miss of its key
-	f.resp, f.err = r.fetch(ctx, f.key)
+	f.resp, f.err = r.fetch(ctx, f.key, f.client)
 	if f.err == nil && f.resp.Rcode != dns.RcodeServerFailure {
 		f.entry(r.cache)
 	}

@@ -3,6 +3,7 @@ package resolver
 import (
 	"bytes"
 	"context"
+	"net/netip"
 
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
@@ -22,7 +23,7 @@ func (r *Resolver) prefetch(k []byte) {
 		ctx, cancel := context.WithTimeout(r.ctx, prefetchTimeout)
 		defer cancel()
 		// A miss of the same key at the same time shares the exchange.
-		f := r.join(ctx, key, false)
+		f := r.join(ctx, key, false, netip.Addr{})
 		resp, err := r.await(ctx, f, 0, nil, false)
 		if err == nil && resp.Rcode == dns.RcodeServerFailure {
 			err = errServfail

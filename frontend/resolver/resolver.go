@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/nodedns/nodedns/frontend/dnswire"
 	"github.com/nodedns/nodedns/frontend/server"
 	"github.com/nodedns/nodedns/frontend/upstream"
+	"github.com/nodedns/nodedns/shared/clientopt"
 )
 
 // prefetchTimeout bounds a background refresh: longer than one upstream
@@ -64,7 +66,10 @@ type Resolver struct {
 	wg      sync.WaitGroup     // running flights and prefetches
 }
 
-var _ server.Handler = (*Resolver)(nil)
+var (
+	_ server.Handler       = (*Resolver)(nil)
+	_ server.ClientHandler = (*Resolver)(nil)
+)
 
 // New returns a Resolver that sends misses to ex and creates its series in
 // set. now is the clock for TTLs; nil means the real time through a coarse
@@ -162,6 +167,16 @@ func (r *Resolver) ServeFast(dst, req []byte, proto server.Proto) ([]byte, bool)
 // whatever the backend does: stale, or else SERVFAIL, which is not cached
 // (errAnswerTimeout).
 func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.Proto) []byte {
+	return r.ServeSlowFrom(ctx, dst, req, proto, netip.Addr{})
+}
+
+// ServeSlowFrom implements server.ClientHandler: ServeSlow for a query of
+// client. With Config.PassClient, the backend query that a new exchange
+// makes carries client's address (shared/clientopt), so that the
+// backend's plugins see the pod; a miss that joins an exchange running
+// for another client shares that one's answer, as it would share the
+// cached answer a moment later.
+func (r *Resolver) ServeSlowFrom(ctx context.Context, dst, req []byte, proto server.Proto, client netip.Addr) []byte {
 	start := time.Now()
 	var q dnswire.Query
 	if err := dnswire.ParseQuery(req, &q); err != nil {
@@ -174,7 +189,10 @@ func (r *Resolver) ServeSlow(ctx context.Context, dst, req []byte, proto server.
 	_, stale, ok := r.cache.GetStale(dst[:0], &q, limit)
 	// The exchange runs detached, so that a miss left at its timer
 	// still fills the cache for the next ones when the backend answers.
-	f := r.join(ctx, key, true)
+	if !r.cfg.PassClient {
+		client = netip.Addr{}
+	}
+	f := r.join(ctx, key, true, client)
 	if ok && stale {
 		// An expired answer is there to serve: wait for the backend only
 		// as long as the client response timer (RFC 8767 §5), or the
@@ -261,7 +279,11 @@ func (r *Resolver) malformed(dst, req []byte, q *dnswire.Query, err error, start
 // fetch asks the backend the question in key (from dnswire.Query.Key) with
 // RD set and the client's DO and CD bits, and checks that the answer is for
 // that question (errMismatch). Its callers count the failures (await).
-func (r *Resolver) fetch(ctx context.Context, key []byte) (*dns.Msg, error) {
+//
+// A valid client is passed to the backend in the option of
+// shared/clientopt; the pool sends it only to the backend, never to a
+// fallback.
+func (r *Resolver) fetch(ctx context.Context, key []byte, client netip.Addr) (*dns.Msg, error) {
 	name, _, err := dns.UnpackDomainName(dnswire.KeyName(key), 0)
 	if err != nil {
 		return nil, fmt.Errorf("question name: %w", err)
@@ -272,6 +294,10 @@ func (r *Resolver) fetch(ctx context.Context, key []byte) (*dns.Msg, error) {
 	m.CheckingDisabled = flags&dnswire.KeyCD != 0
 	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: qclass}}
 	m.SetEdns0(dnswire.OurUDPSize, flags&dnswire.KeyDO != 0)
+	if client.IsValid() {
+		opt := m.IsEdns0()
+		opt.Option = append(opt.Option, clientopt.Option(client))
+	}
 
 	resp, err := r.ex.Exchange(ctx, m)
 	if err != nil {

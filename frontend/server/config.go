@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Defaults for the zero values of Config.
@@ -179,6 +181,20 @@ type Config struct {
 	// Default 0: fail at once.
 	BindRetry time.Duration
 
+	// QueryLog logs sampled queries of some zones, one structured log
+	// line each (observe.go), to QueryLogger at info level. Zero: off.
+	QueryLog QueryLog
+	// QueryLogger receives the query log, so that it can be written
+	// whatever the level of the server's own log. Nil: the server's log,
+	// named "query".
+	QueryLogger *zap.Logger
+
+	// TopTalkers is how many client addresses each UDP socket (and TCP,
+	// together) counts queries and error answers of, over the last
+	// TalkerWindow, for Server.TopTalkers. 0: off, and a query pays
+	// nothing for it.
+	TopTalkers int
+
 	// Inherited holds sockets received from a previous instance (see
 	// Server.Files). Start serves each one whose local address and type
 	// match a Listen address instead of binding a new socket; the Server
@@ -242,6 +258,12 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize > 1024 {
 		return fmt.Errorf("batch size %d: at most 1024 (UIO_MAXIOV)", c.BatchSize)
+	}
+	if c.TopTalkers < 0 {
+		return fmt.Errorf("top talkers %d: must not be negative (0 disables them)", c.TopTalkers)
+	}
+	if c.QueryLog.Sample < 0 || c.QueryLog.Sample > 1 {
+		return fmt.Errorf("query log sample %v: must be in (0, 1]", c.QueryLog.Sample)
 	}
 	if c.ShedDelay < 0 {
 		return fmt.Errorf("shed delay %v: must not be negative (0 disables shedding)", c.ShedDelay)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net/netip"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,4 +61,11 @@ type Handler interface {
 	// came: an answer over TCP is not truncated to the UDP limit
 	// (RFC 7766 section 8). dst has a capacity of at least 65535 bytes.
 	Overloaded(dst, req []byte, proto Proto) []byte
+}
+
+// ClientHandler is a Handler that is told, on a miss, which client asked:
+// the server then calls ServeSlowFrom instead of ServeSlow. client is the
+// address the query came from (an IPv4-mapped address unmapped).
+type ClientHandler interface {
+	ServeSlowFrom(ctx context.Context, dst, req []byte, proto Proto, client netip.Addr) []byte
 }

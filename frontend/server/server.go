@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -24,8 +25,12 @@ var ErrStarted = errors.New("server already started")
 // Server serves a Handler over UDP and TCP. Create it with New, then Start;
 // Shutdown stops it.
 type Server struct {
-	cfg Config      // with defaults applied
-	h   Handler     // always non-nil
+	cfg Config        // with defaults applied
+	h   Handler       // always non-nil
+	hc  ClientHandler // h, when it implements ClientHandler; else nil
+	// obs records queries for the query log and the top talkers; nil
+	// when both are off, and then a query pays only that nil check.
+	obs *observer
 	log *zap.Logger // always non-nil
 	m   *serverMetrics
 
@@ -98,6 +103,12 @@ func New(cfg Config, h Handler, log *zap.Logger, set *vm.Set) (*Server, error) {
 		m:     newMetrics(set),
 		conns: make(map[*tcpConn]struct{}),
 	}
+	s.hc, _ = h.(ClientHandler)
+	qlog := cfg.QueryLogger
+	if qlog == nil {
+		qlog = log.Named("query")
+	}
+	s.obs = newObserver(s.cfg.QueryLog, s.cfg.TopTalkers, qlog)
 	s.domains = newDomainTable()
 	s.local = newLocalAddrs(s.cfg.Listen)
 	s.missLimit.Store(int64(s.cfg.MaxInflight))
@@ -146,6 +157,9 @@ func (s *Server) StartContext(ctx context.Context) (err error) {
 	}
 	s.readStart = time.Now().UnixNano()
 	go s.local.keepFresh(s.slowCtx)
+	if s.obs != nil {
+		go s.obs.run(s.slowCtx.Done())
+	}
 	for _, u := range s.udp {
 		s.readers.Add(1)
 		go u.serve()
@@ -463,15 +477,20 @@ func (s *Server) serveFast(dst, req []byte, p Proto) (resp []byte, ok bool) {
 	return resp, ok
 }
 
-// serveSlow calls the handler's ServeSlow with the same protections.
-func (s *Server) serveSlow(dst, req []byte, p Proto) (resp []byte) {
+// serveSlow calls the handler's ServeSlow (ServeSlowFrom when it has it,
+// telling it the client src) with the same protections.
+func (s *Server) serveSlow(dst, req []byte, p Proto, src srcKey) (resp []byte) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.recovered(r, req)
 			resp = servfail(dst, req)
 		}
 	}()
-	resp = s.h.ServeSlow(s.slowCtx, dst, req, p)
+	if s.hc != nil {
+		resp = s.hc.ServeSlowFrom(s.slowCtx, dst, req, p, netip.AddrFrom16(src).Unmap())
+	} else {
+		resp = s.h.ServeSlow(s.slowCtx, dst, req, p)
+	}
 	if len(resp) > maxMessage {
 		resp = servfail(dst, req)
 	}

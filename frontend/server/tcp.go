@@ -244,16 +244,25 @@ func (c *tcpConn) query(n int) bool {
 		return true
 	}
 	bp := s.bigBufs.Get().(*[]byte)
+	var start time.Time
+	sampled := s.obs != nil && s.obs.sample()
+	if sampled {
+		start = time.Now()
+	}
 	resp, ok := s.serveFast((*bp)[:0], req, c.proto)
+	a := answerHit
 	if !ok {
 		if dom, ok := s.acquire(c.src, req); ok {
-			c.miss(req, dom)
-		} else {
-			c.write(s.overloaded((*bp)[:0], req, c.proto))
+			c.miss(req, dom, start)
+			s.bigBufs.Put(bp)
+			return true
 		}
-	} else {
-		c.write(resp)
+		resp, a = s.overloaded((*bp)[:0], req, c.proto), answerOverload
 	}
+	if s.obs != nil {
+		s.obs.note(s.obs.tcpTalkers, true, c.src, c.proto, req, resp, a, sampled, start)
+	}
+	c.write(resp)
 	s.bigBufs.Put(bp)
 	return true
 }
@@ -272,10 +281,10 @@ func (c *tcpConn) readErr(err error) {
 // pipelining client cannot take every in-flight slot of the server.
 const maxPendingPerConn = 64
 
-func (c *tcpConn) miss(req []byte, dom domKey) {
+func (c *tcpConn) miss(req []byte, dom domKey, start time.Time) {
 	c.slots <- struct{}{} // released by runTCP
 	j := c.s.jobs.Get().(*missJob)
-	j.c, j.dom = c, dom
+	j.c, j.dom, j.start = c, dom, start
 	j.req = append(j.req[:0], req...)
 	c.pending.Add(1)
 	c.npend.Add(1)
@@ -284,8 +293,11 @@ func (c *tcpConn) miss(req []byte, dom domKey) {
 
 func (j *missJob) runTCP() {
 	s, c := j.s, j.c
-	resp := s.serveSlow(j.dst, j.req, c.proto)
+	resp := s.serveSlow(j.dst, j.req, c.proto, c.src)
 	s.release(c.src, j.dom)
+	if s.obs != nil {
+		s.obs.note(s.obs.tcpTalkers, true, c.src, c.proto, j.req, resp, answerMiss, !j.start.IsZero(), j.start)
+	}
 	c.write(resp)
 	c.npend.Add(-1)
 	<-c.slots

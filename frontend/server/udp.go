@@ -43,6 +43,10 @@ type udpSocket struct {
 	// scratch is the dst of ServeFast (capacity maxMessage per contract).
 	scratch []byte
 
+	// talk counts this socket's queries per source (top talkers); nil
+	// when off.
+	talk *talkers
+
 	// Results of the last syscall, set inside the RawConn callbacks that
 	// are built once (method values) so that calling them allocates nothing.
 	readFn, writeFn func(fd uintptr) bool
@@ -78,6 +82,9 @@ func newUDPSocket(s *Server, c *net.UDPConn) (*udpSocket, error) {
 		wiov:    make([]unix.Iovec, n),
 		arena:   make([]byte, 0, n*arenaPerMessage),
 		scratch: make([]byte, 0, maxMessage),
+	}
+	if s.obs != nil {
+		u.talk = s.obs.newTalkers()
 	}
 	if err := enableStamps(rc); err != nil {
 		// Queue delay is then neither measured nor acted on; every
@@ -208,6 +215,11 @@ func (u *udpSocket) handleBatch(n int) {
 		u.observeDelay()
 	}
 	u.arena, u.pending = u.arena[:0], 0
+	obs := s.obs // nil unless the query log or the top talkers are on
+	if obs != nil && u.talk != nil {
+		// One lock a batch; this socket's misses wait for it to end.
+		u.talk.mu.Lock()
+	}
 	for i := range n {
 		h := &u.rhdr[i]
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 || h.Len < headerLen {
@@ -216,6 +228,10 @@ func (u *udpSocket) handleBatch(n int) {
 		}
 		off := i * maxUDPRequest
 		req := u.rbuf[off : off+int(h.Len) : off+maxUDPRequest]
+		if obs != nil {
+			u.observed(obs, req, i)
+			continue
+		}
 		if s.cfg.Sources != nil && !s.cfg.Sources.Allowed(udpSource(&u.names[i])) {
 			s.m.udpDenied.Inc()
 			u.queue(refused(u.scratch, req), i)
@@ -227,13 +243,16 @@ func (u *udpSocket) handleBatch(n int) {
 			// Only a miss looks at its client's share.
 			src := udpSource(&u.names[i])
 			if dom, ok := s.acquire(src, req); ok {
-				u.miss(req, i, src, dom)
+				u.miss(req, i, src, dom, time.Time{})
 			} else {
 				u.queue(s.overloaded(u.scratch, req, p), i)
 			}
 		} else {
 			u.queue(resp, i)
 		}
+	}
+	if obs != nil && u.talk != nil {
+		u.talk.mu.Unlock()
 	}
 	u.flush()
 	// The kernel overwrote Namelen of the messages it filled; restore it
@@ -244,6 +263,35 @@ func (u *udpSocket) handleBatch(n int) {
 	if u.ctrl != nil {
 		u.rhdr[0].Hdr.SetControllen(stampCtrlLen)
 	}
+}
+
+// observed answers message i (req) as handleBatch does, and records it
+// in the top talkers and, when sampled, in the query log. A miss is
+// recorded once answered (runUDP). u.talk.mu is held.
+func (u *udpSocket) observed(obs *observer, req []byte, i int) {
+	s := u.s
+	src := udpSource(&u.names[i])
+	p := udpProto(&u.names[i])
+	sampled := obs.sample()
+	var start time.Time
+	if sampled {
+		start = time.Now()
+	}
+	var resp []byte
+	a := answerHit
+	if s.cfg.Sources != nil && !s.cfg.Sources.Allowed(src) {
+		s.m.udpDenied.Inc()
+		resp, a = refused(u.scratch, req), answerDenied
+	} else if r, ok := s.serveFast(u.scratch, req, p); ok {
+		resp = r
+	} else if dom, ok := s.acquire(src, req); ok {
+		u.miss(req, i, src, dom, start)
+		return
+	} else {
+		resp, a = s.overloaded(u.scratch, req, p), answerOverload
+	}
+	obs.note(u.talk, false, src, p, req, resp, a, sampled, start)
+	u.queue(resp, i)
 }
 
 // observeDelay records how long the batch's first datagram, the oldest
@@ -365,10 +413,10 @@ func sendto(fd uintptr, b []byte, name *unix.RawSockaddrInet6, namelen uint32) s
 
 // miss hands message i from src to a goroutine that resolves it and
 // answers with sendto. The in-flight slot is already taken.
-func (u *udpSocket) miss(req []byte, i int, src srcKey, dom domKey) {
+func (u *udpSocket) miss(req []byte, i int, src srcKey, dom domKey, start time.Time) {
 	j := u.s.jobs.Get().(*missJob)
 	j.u = u
-	j.src, j.dom = src, dom
+	j.src, j.dom, j.start = src, dom, start
 	j.req = append(j.req[:0], req...)
 	j.name = u.names[i]
 	j.namelen = u.rhdr[i].Hdr.Namelen
@@ -390,6 +438,9 @@ type missJob struct {
 	resp    []byte
 	errno   syscall.Errno
 	writeFn func(fd uintptr) bool
+	// start is when a miss sampled for the query log was read; zero
+	// when not sampled.
+	start time.Time
 }
 
 // missBufSize is the starting capacity of a miss's request and response
@@ -410,8 +461,14 @@ func (j *missJob) sendto(fd uintptr) bool {
 func (j *missJob) runUDP() {
 	s, u := j.s, j.u
 	defer s.misses.Done()
-	resp := s.serveSlow(j.dst, j.req, udpProto(&j.name))
+	p := udpProto(&j.name)
+	resp := s.serveSlow(j.dst, j.req, p, j.src)
 	s.release(j.src, j.dom)
+	if s.obs != nil {
+		// Before the answer leaves, as for a hit: a client that got it
+		// finds it counted.
+		s.obs.note(u.talk, true, j.src, p, j.req, resp, answerMiss, !j.start.IsZero(), j.start)
+	}
 	if len(resp) > 0 {
 		j.resp = resp
 		err := u.rc.Write(j.writeFn)
@@ -426,7 +483,7 @@ func (j *missJob) put() {
 	if cap(j.req) > 4*missBufSize {
 		j.req = make([]byte, 0, missBufSize)
 	}
-	j.u, j.c, j.resp, j.errno = nil, nil, nil, 0
+	j.u, j.c, j.resp, j.errno, j.start = nil, nil, nil, 0, time.Time{}
 	j.dst = j.dst[:0]
 	j.s.jobs.Put(j)
 }

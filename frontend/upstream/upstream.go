@@ -22,6 +22,8 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
+
+	"github.com/nodedns/nodedns/shared/clientopt"
 )
 
 // Pool exchanges queries with the backend and the fallbacks.
@@ -148,10 +150,17 @@ func (p *Pool) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 		p.m.coalesced.Inc()
 	} else {
 		wire, err := pack(m)
+		// The client's address (shared/clientopt) is for the backend
+		// only: a fallback (another node's backend, kube-dns) would
+		// forward it to servers outside the cluster.
+		plain := wire
+		if err == nil && clientopt.Has(m) {
+			plain, err = pack(clientopt.Without(m))
+		}
 		if err != nil {
 			p.finish(key, f, nil, fmt.Errorf("pack query: %w", err))
 		} else {
-			go func() { r, err := p.resolve(wire, q); p.finish(key, f, r, err) }()
+			go func() { r, err := p.resolve(wire, plain, q); p.finish(key, f, r, err) }()
 		}
 	}
 	select {
@@ -209,7 +218,10 @@ func (p *Pool) finish(key flightKey, f *flight, r *dns.Msg, err error) {
 // health): a refused dial tells of this moment and a timeout of this name,
 // while the probe, a question the backend answers from memory, tells of
 // the address.
-func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
+//
+// wire goes to the backend, plain (wire without the client's address) to
+// the fallbacks.
+func (p *Pool) resolve(wire, plain []byte, q dns.Question) (*dns.Msg, error) {
 	var errs []error
 	allDown := true
 	for _, a := range p.addrs {
@@ -224,10 +236,14 @@ func (p *Pool) resolve(wire []byte, q dns.Question) (*dns.Msg, error) {
 			continue
 		}
 		start := p.now()
+		w := wire
+		if a.kind == kindFallback {
+			w = plain
+		}
 		// A fresh ID per attempt: the wire ID is ours, not the caller's.
 		id := uint16(rand.Uint32())
-		binary.BigEndian.PutUint16(wire[2:], id)
-		r, err := a.exchange(p.ctx, start, wire, id, q)
+		binary.BigEndian.PutUint16(w[2:], id)
+		r, err := a.exchange(p.ctx, start, w, id, q)
 		end := p.now()
 		a.km.duration.Update(end.Sub(start).Seconds())
 		if err == nil {

@@ -155,6 +155,10 @@ pod template's probe address are added by the DaemonSet itself.
 {{- $f = append $f (list "log-level" (toString .Values.logLevel)) -}}
 {{- $f = append $f (list "max-inflight" (int64 .Values.maxInflight | toString)) -}}
 {{- $f = append $f (list "shed-delay" (toString .Values.shedDelay)) -}}
+{{- $f = append $f (list "query-log" (join "," .Values.frontend.queryLog.zones)) -}}
+{{- $f = append $f (list "query-log-sample" (toString .Values.frontend.queryLog.sample)) -}}
+{{- $f = append $f (list "top-talkers" (int64 .Values.frontend.topTalkers | toString)) -}}
+{{- $f = append $f (list "pass-client-address" (toString .Values.frontend.passClientAddress)) -}}
 {{- $c := .Values.cache -}}
 {{- $f = append $f (list "cache-size" (int64 $c.size | toString)) -}}
 {{- $f = append $f (list "negative-cache-size" (int64 $c.negativeSize | toString)) -}}
@@ -252,7 +256,7 @@ stubDomains.{{ $zone }} overlaps clusterDomain {{ $domain }}
 {{- end -}}
 {{- end -}}
 {{- $port := printf "%v" .Values.backend.port -}}
-{{- $safe := list "bind" "errors" "health" "ready" "prometheus" "nodedns_kubernetes" "kubernetes" "forward" "cache" "loop" "reload" "loadbalance" "log" "debug" "acl" -}}
+{{- $safe := list "bind" "nodedns_client" "errors" "health" "ready" "prometheus" "nodedns_kubernetes" "kubernetes" "forward" "cache" "loop" "reload" "loadbalance" "log" "debug" "acl" -}}
 {{- $options := list "endpointslices" "pods" "ttl" "startup_timeout" "kubeconfig" "endpoint" "tls" "namespaces" "namespace_labels" "labels" "noendpoints" "endpoint_pod_names" "ignore" "fallthrough" -}}
 {{- range $i, $s := .Values.servers -}}
 {{- $frontendBlock := false -}}
