@@ -134,10 +134,25 @@ pod.yaml: ## Regenerate pod.yaml and the values table of helm/nodedns/README.md 
 clean: ## Remove build output.
 	rm -rf $(BIN)
 
+# The lifecycle matrix (testbed/e2e/lifecycle_test.go): every row in every
+# mode, the API server down for the issue's 10 minutes. Without these
+# variables (`make test`) TestLifecycle runs its cheap default subset.
+LIFECYCLE_ENV ?= NODEDNS_LIFECYCLE_ROWS=all NODEDNS_LIFECYCLE_MODES=all NODEDNS_LIFECYCLE_APIDOWN=10m
+LIFECYCLE_OUT := $(BIN)/lifecycle.txt
+
 .PHONY: e2e
-e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node namespaces, images built here (root; testbed/README.md).
+e2e: ## Run the real-node tests, the whole lifecycle matrix included: kubelets with containerd, runc and CNI in node namespaces, images built here (root; testbed/README.md).
 	tools/k8s/build.sh realnode
-	$(GO) test -count=1 -timeout 30m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP|TestSlowDomain)' ./images/ ./testbed/ ./testbed/e2e/
+	$(LIFECYCLE_ENV) $(GO) test -count=1 -timeout 180m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP|TestSlowDomain|TestLifecycle)' ./images/ ./testbed/ ./testbed/e2e/
+
+.PHONY: lifecycle
+lifecycle: ## Run the lifecycle matrix alone: each event of a nodedns pod's life in each mode on real nodes (root; about 90 min); last line: lifecycle: E events x M modes, F failed, L lost of N lookups, longest gap G s.
+	tools/k8s/build.sh realnode
+	@mkdir -p $(BIN); rm -f $(LIFECYCLE_OUT)
+	@status=0; $(LIFECYCLE_ENV) NODEDNS_LIFECYCLE_SUMMARY=$(CURDIR)/$(LIFECYCLE_OUT) \
+		$(GO) test -count=1 -timeout 150m -v -run '^TestLifecycle$$' ./testbed/e2e/ || status=$$?; \
+	if [ -s $(LIFECYCLE_OUT) ]; then cat $(LIFECYCLE_OUT); else echo "lifecycle: no summary (the matrix did not run to its end)"; status=1; fi; \
+	exit $$status
 
 # `make conformance` runs Kubernetes' own [sig-network] DNS e2e specs on two
 # real kubelet nodes for each design (conformance/README.md); the JUnit
