@@ -86,7 +86,8 @@ func (lc *lcCluster) localAddr(n *testbed.RealNode) string {
 type lcCell struct {
 	row, mode, group string
 	st               stats
-	why              string // the measured reason its losses are allowed, or ""
+	why              string  // the measured reason its losses are allowed, or ""
+	load             float64 // the machine's 1-minute load average at the row's end
 }
 
 // lcLoss says why a cell may fail or lose lookups, and how many at most;
@@ -203,8 +204,9 @@ func lifecycleMode(ctx context.Context, t *testing.T, imgs nodeImages, mode stri
 	}
 	time.Sleep(lcSettle)
 	steps := &stepLog{}
-	keys := map[string]string{} // step name -> row key
-	defer func() { add(lcReport(t, lc, steps, keys)) }()
+	keys := map[string]string{}   // step name -> row key
+	loads := map[string]float64{} // row key -> load average at its end
+	defer func() { add(lcReport(t, lc, steps, keys, loads)) }()
 	for _, r := range rows {
 		steps.begin(r.event, r.command)
 		keys[r.event] = r.key
@@ -212,6 +214,7 @@ func lifecycleMode(ctx context.Context, t *testing.T, imgs nodeImages, mode stri
 		r.run(ctx, t, lc)
 		t.Logf("%s: %s done in %s", mode, r.key, time.Since(start).Round(100*time.Millisecond))
 		time.Sleep(lcSettle)
+		loads[r.key] = loadAverage()
 		if t.Failed() {
 			break
 		}
@@ -526,7 +529,7 @@ func lcRows() []lcRow {
 
 // lcReport reads the clients' results and returns a cell per row and
 // group; it fails t for any failed or lost lookup lcLoss does not allow.
-func lcReport(t *testing.T, lc *lcCluster, steps *stepLog, keys map[string]string) []lcCell {
+func lcReport(t *testing.T, lc *lcCluster, steps *stepLog, keys map[string]string, loads map[string]float64) []lcCell {
 	steps.end()
 	if len(steps.steps) == 0 {
 		return nil
@@ -537,7 +540,7 @@ func lcReport(t *testing.T, lc *lcCluster, steps *stepLog, keys map[string]strin
 		secs := readResults(t, filepath.Join(lc.results, g))
 		for _, s := range steps.steps {
 			st := summarize(secs, s.from, s.to)
-			cell := lcCell{row: keys[s.name], mode: lc.mode, group: g, st: st}
+			cell := lcCell{row: keys[s.name], mode: lc.mode, group: g, st: st, load: loads[keys[s.name]]}
 			if st.lookups < int(float64(len(lc.nodes)*clientRate)*s.to.Sub(s.from).Seconds()*0.8) {
 				t.Errorf("%s, %s clients: only %d lookups in %s: the clients did not keep their rate", cell.row, g, st.lookups, s.to.Sub(s.from).Round(time.Second))
 			}
@@ -568,12 +571,13 @@ func lcReport(t *testing.T, lc *lcCluster, steps *stepLog, keys map[string]strin
 // lcTable prints the matrix, one line per row and mode, and the last line.
 func lcTable(rows []lcRow, modes []string, cells []lcCell) (string, string) {
 	var b strings.Builder
-	b.WriteString("| event | mode | ClusterIP clients: lookups, failed, lost, longest gap | local-address clients: lookups, failed, lost, longest gap |\n|---|---|---|---|\n")
+	b.WriteString("| event | mode | ClusterIP clients: lookups, failed, lost, longest gap | local-address clients: lookups, failed, lost, longest gap | load |\n|---|---|---|---|---|\n")
 	var total stats
 	events := map[string]bool{}
 	for _, r := range rows {
 		for _, m := range modes {
 			line := map[string]string{}
+			var load float64
 			for _, c := range cells {
 				if c.row != r.key || c.mode != m {
 					continue
@@ -586,9 +590,10 @@ func lcTable(rows []lcRow, modes []string, cells []lcCell) (string, string) {
 					s += " (bound: " + c.why + ")"
 				}
 				line[c.group] = s
+				load = c.load
 			}
 			if len(line) > 0 {
-				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.key, m, line[lcClusterIP], line[lcLocal])
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1f |\n", r.key, m, line[lcClusterIP], line[lcLocal], load)
 			}
 		}
 	}
@@ -611,7 +616,21 @@ func TestLifecycleTable(t *testing.T) {
 	if want := "lifecycle: 2 events x 1 modes, 1 failed, 2 lost of 300 lookups, longest gap 3 s"; last != want {
 		t.Errorf("last line %q, want %q", last, want)
 	}
-	if !strings.Contains(table, "| pod-deleted | link-local | 100, 0, 2, 1 s | 90, 1, 0, 3 s (bound: a reason) |") {
+	if !strings.Contains(table, "| pod-deleted | link-local | 100, 0, 2, 1 s | 90, 1, 0, 3 s (bound: a reason) | 0.0 |") {
 		t.Errorf("table:\n%s", table)
 	}
+}
+
+// loadAverage is the machine's 1-minute load average (0 when unreadable):
+// the matrix's nodes share the machine's cores with everything else on it,
+// and a lookup lost on a node nothing happened to says the machine, not
+// nodedns, stalled.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	fmt.Sscan(string(b), &l)
+	return l
 }
