@@ -413,8 +413,8 @@ func lcRows() []lcRow {
 				img["tag"] = "does-not-exist"
 				bad["image"] = img
 				// The post-upgrade hook runs the backend's image too: helm
-				// waits for it, in vain, and reports the upgrade failed.
-				if err := lc.upgrade(ctx, bad, time.Minute); err != nil {
+				// waits for it, in vain (20 s here), and reports the upgrade failed.
+				if err := lc.upgrade(ctx, bad, 20*time.Second); err != nil {
 					t.Logf("helm upgrade to a missing image: %v", err)
 				}
 				// The surge pod cannot start; the old pods must go on.
