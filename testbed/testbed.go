@@ -223,19 +223,41 @@ func (tb *Testbed) Metrics(ctx context.Context) ([]byte, error) {
 // address; etcd keeps the data. Clients reconnect on their own (watches
 // resume). It returns once the new process is ready.
 func (tb *Testbed) RestartAPIServer(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, tb.opts.StartTimeout)
-	defer cancel()
+	if err := tb.StopAPIServer(); err != nil {
+		return fmt.Errorf("restart %w", err)
+	}
+	return tb.StartAPIServer(ctx)
+}
+
+// StopAPIServer stops kube-apiserver and leaves it down (etcd keeps the
+// data) until StartAPIServer: an API server outage, as kubelets,
+// kube-proxies and the pods' watches see it.
+func (tb *Testbed) StopAPIServer() error {
 	tb.mu.Lock()
 	p := tb.apiserver
 	stopped := tb.stopped
 	tb.mu.Unlock()
 	if stopped {
-		return errors.New("restart kube-apiserver: testbed stopped")
+		return errors.New("kube-apiserver: testbed stopped")
 	}
 	if p != nil {
 		if err := p.Stop(); err != nil {
-			return fmt.Errorf("restart kube-apiserver: %w", err)
+			return fmt.Errorf("kube-apiserver: %w", err)
 		}
+	}
+	return nil
+}
+
+// StartAPIServer starts kube-apiserver again on the same address, after
+// StopAPIServer, and returns once it is ready.
+func (tb *Testbed) StartAPIServer(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, tb.opts.StartTimeout)
+	defer cancel()
+	tb.mu.Lock()
+	stopped := tb.stopped
+	tb.mu.Unlock()
+	if stopped {
+		return errors.New("start kube-apiserver: testbed stopped")
 	}
 	return tb.startAPIServer(ctx)
 }

@@ -28,6 +28,14 @@ import (
 // startGroupClient runs `podtool load` as pod name on node, in group.
 func startGroupClient(ctx context.Context, t *testing.T, tb *testbed.Testbed, results, group, name, node string, checks []string) {
 	t.Helper()
+	startClientNaming(ctx, t, tb, results, group, name, node, "", checks)
+}
+
+// startClientNaming is startGroupClient for a pod whose resolv.conf names
+// nameserver (dnsPolicy None, the search path and options kubelet would
+// write) instead of kubelet's clusterDNS; "" keeps kubelet's.
+func startClientNaming(ctx context.Context, t *testing.T, tb *testbed.Testbed, results, group, name, node, nameserver string, checks []string) {
+	t.Helper()
 	hostDir := filepath.Join(results, group, name)
 	if err := os.MkdirAll(hostDir, 0o777); err != nil {
 		t.Fatal(err)
@@ -44,6 +52,15 @@ func startGroupClient(ctx context.Context, t *testing.T, tb *testbed.Testbed, re
 			}},
 			Volumes: []corev1.Volume{{Name: "results", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: &dirType}}}},
 		},
+	}
+	if nameserver != "" {
+		ndots := "5"
+		pod.Spec.DNSPolicy = corev1.DNSNone
+		pod.Spec.DNSConfig = &corev1.PodDNSConfig{
+			Nameservers: []string{nameserver},
+			Searches:    []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"},
+			Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: &ndots}},
+		}
 	}
 	c := tb.Client()
 	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {

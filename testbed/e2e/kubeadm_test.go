@@ -338,7 +338,7 @@ func TestMigrationFromKubeadmCoreDNS(t *testing.T) {
 	steps.expectLoss("a second crash in a row: kubelet's CrashLoopBackOff (10 s) outlasts the clients' 5 s timeout: queries wait in the held sockets, and those older than 5 s when the frontend is back are lost; " +
 		"that backlog reaches the restarted frontend's empty cache at once, past --max-inflight-per-source (250) of the client's misses: those are answered SERVFAIL " +
 		"(nodedns_server_refused_total{reason=\"inflight_source\"}), and a stub resolver that had not given up yet moves on to its next search name and fails with NXDOMAIN")
-	r2 := oomKill(ctx, t, tb, nodeA)
+	r2 := oomKill(ctx, t, tb, nodeA, linkLocalIP)
 	t.Logf("d2: node-a frontend after the OOM kill: %s", r2)
 	if r2.reason != "137 OOMKilled" {
 		t.Errorf("d2: last exit %q, want 137 OOMKilled", r2.reason)

@@ -113,8 +113,9 @@ func waitRestarted(ctx context.Context, t *testing.T, tb *testbed.Testbed, pod *
 // under floodZone, sent from n's network namespace to the frontend,
 // fills it. It waits until kubelet has restarted the container and it is
 // ready again; the flood stops once the frontend no longer answers, so
-// the restarted one, its cache empty, is not flooded again.
-func oomKill(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *testbed.RealNode) restart {
+// the restarted one, its cache empty, is not flooded again. The flood
+// goes to addr, one of the frontend's addresses on n.
+func oomKill(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *testbed.RealNode, addr string) restart {
 	t.Helper()
 	pod := nodednsPod(ctx, t, tb, n.Name)
 	cs, _ := containerStatus(pod, "frontend")
@@ -127,7 +128,7 @@ func oomKill(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *testbed.
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	dst := &net.UDPAddr{IP: net.ParseIP(linkLocalIP), Port: 53}
+	dst := &net.UDPAddr{IP: net.ParseIP(addr), Port: 53}
 	fctx, stop := context.WithCancel(ctx)
 	defer stop()
 	flooded := make(chan floodResult, 1)

@@ -405,3 +405,31 @@ kube-dns's traffic there itself). A number is used as given.
 {{- define "nodedns.handoffName" -}}
 {{- include "nodedns.fullname" . | trunc 44 | trimSuffix "-" }}-handoff
 {{- end -}}
+
+{{/*
+Refuses a `helm upgrade` that changes mode, before anything changes: the
+old pods' frontends own the old mode's addresses and rules, kubelet's
+clusterDNS names the old mode's address, and a rollout would leave each
+node between the two (node-ip's port 53 under another user than the new
+pod's, the ClusterIP or 169.254.20.10 owned by a pod that no longer
+serves it). The running mode is the existing DaemonSet's frontend --mode
+(the settings live in the pod template); with no cluster (helm template)
+or no such DaemonSet, lookup returns nothing and nothing is checked.
+*/}}
+{{- define "nodedns.modeSwitch" -}}
+{{- $ds := lookup "apps/v1" "DaemonSet" .Release.Namespace (include "nodedns.fullname" .) | default dict -}}
+{{- if $ds -}}
+{{- range $ds.spec.template.spec.containers | default list -}}
+{{- if eq .name "frontend" -}}
+{{- range .args | default list -}}
+{{- if hasPrefix "--mode=" . -}}
+{{- $running := trimPrefix "--mode=" . -}}
+{{- if ne $running $.Values.mode -}}
+{{- fail (printf "mode is %s on this cluster (DaemonSet %s/%s) and %s in these values: helm upgrade does not switch modes, nothing was changed. To switch: helm uninstall %s -n %s (every node keeps answering through kube-dns meanwhile), point kubelet's clusterDNS at the new mode's address if it differs, then helm install with --set mode=%s (docs/modes.md, \"Switching modes\"); or keep mode=%s" $running $.Release.Namespace $ds.metadata.name $.Values.mode $.Release.Name $.Release.Namespace $.Values.mode $running) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
