@@ -31,6 +31,8 @@ var Designs = []Design{
 	{"coredns", "CoreDNS Deployment: pods → kube-dns ClusterIP (kube-proxy DNAT, conntrack) → CoreDNS on another node", startCoreDNS},
 	{"nodelocal", "NodeLocal DNSCache: CoreDNS with node-cache's Corefile on 169.254.20.10 + ClusterIP, NOTRACK → central CoreDNS over TCP", startNodeLocal},
 	{"zalando", "dnsmasq on the node IP in front of CoreDNS (kubernetes plugin) on the same node", startZalando},
+	{"coredns-ds-local", "CoreDNS DaemonSet (kubeadm's Corefile) in the pod network, kube-dns with internalTrafficPolicy: Local", startCoreDNSDSLocal},
+	{"coredns-ds-prefer", "CoreDNS DaemonSet (kubeadm's Corefile) in the pod network, kube-dns with trafficDistribution: PreferSameNode", startCoreDNSDSPrefer},
 	{"nodedns", "nodedns: the chart's pod (frontend on 169.254.20.10 + ClusterIP, NOTRACK; backend on localhost TCP)", startNodedns},
 }
 
@@ -69,6 +71,8 @@ type running struct {
 	// backendReady is the URL of the backend's readiness probe, as
 	// kubelet would probe it from the node.
 	backendReady string
+	// ds is the pod of the CoreDNS DaemonSet designs, nil for the others.
+	ds *dsPodRun
 	// restartFrontend starts another frontend with the same command.
 	restartFrontend func() (*process, error)
 	stop            []func() error

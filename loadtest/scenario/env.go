@@ -62,8 +62,12 @@ type Env struct {
 	// peer is the nodedns backend of the other node, the second endpoint
 	// of nodedns-fallback; started with the first nodedns design, nil
 	// until then (startNodednsPeer).
-	peer     *process
-	upstream *upstream
+	peer *process
+	// sliceController is kube-controller-manager running only its
+	// EndpointSlice controller, for the CoreDNS DaemonSet designs'
+	// Services; started with the first of them (startDSControl).
+	sliceController *process
+	upstream        *upstream
 	// kubeconfig for processes in node namespaces (admin, via NodeURL).
 	nodeKubeconfig string
 	nodes          int

@@ -1,0 +1,94 @@
+package scenario
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestDSServices: each DaemonSet design's kube-dns keeps lookups on the
+// node its own way, selects only its own pods, and the two differ in
+// nothing else.
+func TestDSServices(t *testing.T) {
+	local, prefer := dsLocal.service(), dsPrefer.service()
+	if p := local.Spec.InternalTrafficPolicy; p == nil || *p != corev1.ServiceInternalTrafficPolicyLocal || local.Spec.TrafficDistribution != nil {
+		t.Errorf("coredns-ds-local: internalTrafficPolicy %v, trafficDistribution %v; want Local and none", p, local.Spec.TrafficDistribution)
+	}
+	if d := prefer.Spec.TrafficDistribution; d == nil || *d != corev1.ServiceTrafficDistributionPreferSameNode || prefer.Spec.InternalTrafficPolicy != nil {
+		t.Errorf("coredns-ds-prefer: trafficDistribution %v, internalTrafficPolicy %v; want PreferSameNode and none", d, prefer.Spec.InternalTrafficPolicy)
+	}
+	if local.Name == prefer.Name || local.Spec.ClusterIP == prefer.Spec.ClusterIP || reflect.DeepEqual(local.Spec.Selector, prefer.Spec.Selector) {
+		t.Errorf("the two Services share a name, address or selector: %s %s %v, %s %s %v",
+			local.Name, local.Spec.ClusterIP, local.Spec.Selector, prefer.Name, prefer.Spec.ClusterIP, prefer.Spec.Selector)
+	}
+	if !reflect.DeepEqual(local.Spec.Ports, prefer.Spec.Ports) || len(local.Spec.Ports) != 2 {
+		t.Errorf("ports differ or are not UDP and TCP 53: %v %v", local.Spec.Ports, prefer.Spec.Ports)
+	}
+}
+
+// TestDSPods: a node's pod is selected by its design's Service only; the
+// other node's pod (the fallback) by both.
+func TestDSPods(t *testing.T) {
+	selects := func(svc *corev1.Service, pod *corev1.Pod) bool {
+		for k, v := range svc.Spec.Selector {
+			if pod.Labels[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+	node := dsPod("node-x", "10.244.1.254", dsPrefer.label)
+	central := dsPod("node-central", CentralIP, dsLocal.label, dsPrefer.label)
+	if selects(dsLocal.service(), node) || !selects(dsPrefer.service(), node) {
+		t.Errorf("pod with labels %v: selected by the wrong Service", node.Labels)
+	}
+	if !selects(dsLocal.service(), central) || !selects(dsPrefer.service(), central) {
+		t.Errorf("central pod with labels %v: not selected by both Services", central.Labels)
+	}
+	if node.Spec.NodeName != "node-x" || node.Name != dsPodName("node-x") {
+		t.Errorf("pod %s on %q", node.Name, node.Spec.NodeName)
+	}
+	for _, ready := range []bool{false, true} {
+		st := podStatus("10.244.1.254", "172.31.254.2", ready)
+		got := false
+		for _, c := range st.Conditions {
+			if c.Type == corev1.PodReady {
+				got = c.Status == corev1.ConditionTrue
+			}
+		}
+		if got != ready || st.PodIP != "10.244.1.254" || st.Phase != corev1.PodRunning {
+			t.Errorf("podStatus(ready=%v): Ready %v, IP %s, phase %s", ready, got, st.PodIP, st.Phase)
+		}
+	}
+}
+
+// TestDSCorefile: kubeadm's Corefile, every address of it the pod's.
+func TestDSCorefile(t *testing.T) {
+	c := dsCorefile("/k/config", "10.244.3.254")
+	if strings.Contains(c, CentralIP) {
+		t.Errorf("Corefile still names %s:\n%s", CentralIP, c)
+	}
+	for _, want := range []string{"bind 10.244.3.254", "ready 10.244.3.254:8181", "prometheus 10.244.3.254:9153", "kubeconfig /k/config", "forward . " + UpstreamIP} {
+		if !strings.Contains(c, want) {
+			t.Errorf("Corefile lacks %q:\n%s", want, c)
+		}
+	}
+}
+
+// TestDesignsRun: compare's last line names each design once, in the
+// order it ran, chaos-only designs too.
+func TestDesignsRun(t *testing.T) {
+	r := &Report{
+		Rows:  []Row{{Design: "coredns"}, {Design: "coredns-ds-prefer"}},
+		Chaos: []ChaosRow{{Design: "coredns"}, {Design: "coredns-ds-prefer"}, {Design: "nodedns"}},
+	}
+	if got, want := r.DesignsRun(), []string{"coredns", "coredns-ds-prefer", "nodedns"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("DesignsRun() = %q, want %q", got, want)
+	}
+	all, err := ParseDesigns("all")
+	if err != nil || !strings.Contains(strings.Join(all, ","), "coredns-ds-local,coredns-ds-prefer,nodedns") {
+		t.Errorf("all = %q, %v: want the DaemonSet designs before nodedns", all, err)
+	}
+}
