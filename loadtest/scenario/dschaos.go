@@ -131,7 +131,6 @@ func crashLoop(ctx context.Context, e *Env, t *trial) (string, error) {
 func notReady(ctx context.Context, e *Env, t *trial) (string, error) {
 	pp := frontProcess(t)
 	old := *pp
-	start := time.Now()
 	if t.run.ds != nil {
 		old.Kill()
 		if err := e.deleteDSPod(ctx, t.node.Name, 0); err != nil {
@@ -146,7 +145,9 @@ func notReady(ctx context.Context, e *Env, t *trial) (string, error) {
 	} else {
 		_ = old.Stop()
 	}
-	time.Sleep(time.Until(start.Add(startingFor)))
+	// Not running from here (a SIGTERMed frontend drains first).
+	start := time.Now()
+	time.Sleep(startingFor)
 	nu, err := old.start()
 	if err != nil {
 		return "", err
@@ -157,8 +158,8 @@ func notReady(ctx context.Context, e *Env, t *trial) (string, error) {
 		if err := e.dsBecomeReady(ctx, t.run, t.node); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("the node's CoreDNS pod replaced by a new one, not running for %v, ready and in kube-proxy's rules %v after the old one stopped",
+		return fmt.Sprintf("the node's CoreDNS pod replaced by a new one, not running for %v, ready and in kube-proxy's rules %v after the old pod was gone",
 			startingFor, time.Since(start).Round(100*time.Millisecond)), nil
 	}
-	return fmt.Sprintf("%s stopped (SIGTERM), not running for %v, then started", old.Name, startingFor), nil
+	return fmt.Sprintf("%s stopped (SIGTERM; exited after its drain), not running for %v, then started", old.Name, startingFor), nil
 }
