@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodedns/nodedns/loadtest/gen"
 )
 
 // TestDSServices: each DaemonSet design's kube-dns keeps lookups on the
@@ -90,5 +92,34 @@ func TestDesignsRun(t *testing.T) {
 	all, err := ParseDesigns("all")
 	if err != nil || !strings.Contains(strings.Join(all, ","), "coredns-ds-local,coredns-ds-prefer,nodedns") {
 		t.Errorf("all = %q, %v: want the DaemonSet designs before nodedns", all, err)
+	}
+}
+
+// TestWriteSummary: one row per design, its chaos rows added up and the
+// experiment with the most lost and failed lookups named.
+func TestWriteSummary(t *testing.T) {
+	r := &Report{
+		Rows: []Row{{Design: "nodedns", ConntrackNew: 14, Load: &gen.Result{}}},
+		Chaos: []ChaosRow{
+			{Experiment: "backend killed", Design: "nodedns", Lost: 1, Failed: 2, Slow: 3},
+			{Experiment: "crash loop", Design: "nodedns", Lost: 5, Slow: 1},
+			{Experiment: "backend killed", Design: "coredns-ds-local", Lost: 7},
+		},
+	}
+	var b strings.Builder
+	r.WriteSummary(&b)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want header, rule and 2 rows, got:\n%s", b.String())
+	}
+	for i, want := range []string{
+		"| nodedns |", "| 14 |", "| 2 | 6 | 2 | 4 | crash loop (5) |",
+	} {
+		if !strings.Contains(lines[2], want) {
+			t.Errorf("row %q lacks %q (%d)", lines[2], want, i)
+		}
+	}
+	if !strings.HasPrefix(lines[3], "| coredns-ds-local | | | | | | | | | | | 1 | 7 | 0 | 0 | backend killed (7) |") {
+		t.Errorf("chaos-only design's row: %q", lines[3])
 	}
 }
