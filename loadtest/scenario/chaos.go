@@ -336,7 +336,7 @@ func upgradeFrontend(ctx context.Context, e *Env, t *trial) (string, error) {
 // readiness is not known yet), ready again.
 func (e *Env) killNodednsBackend(ctx context.Context, t *trial) (string, error) {
 	n, old := t.node, t.run.Backend
-	ep := n.IP.String() + ":5301"
+	ep := fallbackEndpoint(n.IP.String())
 	old.Kill()
 	killed := time.Now()
 	time.Sleep(notReadyAfter)

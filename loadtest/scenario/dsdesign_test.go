@@ -2,11 +2,13 @@ package scenario
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodedns/nodedns/helm"
 	"github.com/nodedns/nodedns/loadtest/gen"
 )
 
@@ -121,5 +123,36 @@ func TestWriteSummary(t *testing.T) {
 	}
 	if !strings.HasPrefix(lines[3], "| coredns-ds-local | | | | | | | | | | | 1 | 7 | 0 | 0 | backend killed (7) |") {
 		t.Errorf("chaos-only design's row: %q", lines[3])
+	}
+}
+
+// TestFallbackPort: the harness's nodedns-fallback Service and endpoints
+// use the port the chart's frontend (--fallback) and holder (--relay)
+// dial; with another port the fallback and the relay reach nothing.
+func TestFallbackPort(t *testing.T) {
+	port, err := fallbackPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := helm.NodeContainers(nodednsValues, helm.Options{}, helm.Node{Name: "n", IP: "10.1.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := FallbackServiceIP + ":" + strconv.Itoa(int(port))
+	found := 0
+	for _, c := range cs {
+		for _, a := range c.Command {
+			for _, flag := range []string{"--fallback=", "--relay="} {
+				if v, ok := strings.CutPrefix(a, flag); ok {
+					found++
+					if v != want {
+						t.Errorf("%s %s%s, the harness's Service is %s", c.Spec.Name, flag, v, want)
+					}
+				}
+			}
+		}
+	}
+	if found < 2 {
+		t.Errorf("the chart renders %d of --fallback and --relay, want both", found)
 	}
 }
