@@ -17,7 +17,7 @@ var errUnavailable = errors.New("cannot run here")
 
 // compareFlags registers the comparison's flags on fs.
 func compareFlags(fs *flag.FlagSet, cfg *scenario.Config) (designs *string, nice *int) {
-	designs = fs.String("designs", "all", "designs to compare, comma-separated: coredns,nodelocal,zalando,nodedns or all")
+	designs = fs.String("designs", "all", "designs to compare, comma-separated: coredns,nodelocal,zalando,coredns-ds-local,coredns-ds-prefer,nodedns or all")
 	fs.IntVar(&cfg.Rate, "rate", cfg.Rate, "lookups per second of every design's measured run")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured load per design, split into -rounds runs")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds: the designs take turns, each running duration/rounds per round")
@@ -108,6 +108,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		rep.WriteTable(stdout)
 		fmt.Fprintf(stdout, "\nreport: %s\n", path)
+		fmt.Fprintf(stdout, "designs: %s\n", strings.Join(rep.DesignsRun(), ", "))
 		return nil
 	}
 	if err := prepare(&cfg, *designs, *nice, stderr, "compare"); err != nil {
@@ -117,6 +118,9 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if path != "" {
 		rep.WriteTable(stdout)
 		fmt.Fprintf(stdout, "\nreport: %s\n", path)
+	}
+	if rep != nil {
+		fmt.Fprintf(stdout, "designs: %s\n", strings.Join(rep.DesignsRun(), ", "))
 	}
 	return err
 }

@@ -80,6 +80,8 @@ var experiments = []experiment{
 		}
 		return fmt.Sprintf("kube-apiserver down and ready again in %v", time.Since(start).Round(100*time.Millisecond)), nil
 	}},
+	{name: "local pod crash loop", inject: crashLoop, frontOnly: true},
+	{name: "local pod not ready", inject: notReady, frontOnly: true},
 	{name: "random-subdomain flood", flood: true},
 	{name: "random-subdomain flood from one pod", flood: true, onePod: true},
 }
@@ -209,7 +211,7 @@ func (e *Env) apiTierProcess(t *trial) **process {
 	switch t.design.Name {
 	case "coredns", "nodelocal":
 		return &e.centralDNS
-	case "zalando":
+	case "zalando", dsLocal.design, dsPrefer.design:
 		return &t.run.Procs[0]
 	default:
 		return &t.run.Backend
@@ -219,7 +221,7 @@ func (e *Env) apiTierProcess(t *trial) **process {
 // frontProcess is the node's process that pods talk to, or nil.
 func frontProcess(t *trial) **process {
 	switch t.design.Name {
-	case "nodelocal":
+	case "nodelocal", dsLocal.design, dsPrefer.design:
 		return &t.run.Procs[0]
 	case "zalando":
 		return &t.run.Procs[1]
@@ -262,6 +264,9 @@ func killAPITier(ctx context.Context, e *Env, t *trial) (string, error) {
 	if t.design.Name == "nodedns" {
 		return e.killNodednsBackend(ctx, t)
 	}
+	if t.run.ds != nil {
+		return e.dsRestart(ctx, t, backendDown)
+	}
 	pp := e.apiTierProcess(t)
 	where := "on the node"
 	if *pp == e.centralDNS {
@@ -274,6 +279,9 @@ func killAPITier(ctx context.Context, e *Env, t *trial) (string, error) {
 }
 
 func killFrontend(ctx context.Context, e *Env, t *trial) (string, error) {
+	if t.run.ds != nil {
+		return e.dsRestart(ctx, t, restartDelay)
+	}
 	pp := frontProcess(t)
 	if err := e.restartAfter(t, pp, restartDelay); err != nil {
 		return "", err
@@ -286,6 +294,9 @@ func killFrontend(ctx context.Context, e *Env, t *trial) (string, error) {
 // over before the old one stops; the others have no handover, so the old
 // process stops (SIGTERM) and the new one starts.
 func upgradeFrontend(ctx context.Context, e *Env, t *trial) (string, error) {
+	if t.run.ds != nil {
+		return e.dsRoll(ctx, t)
+	}
 	pp := frontProcess(t)
 	old := *pp
 	if t.design.Name != "nodedns" {
@@ -325,7 +336,7 @@ func upgradeFrontend(ctx context.Context, e *Env, t *trial) (string, error) {
 // readiness is not known yet), ready again.
 func (e *Env) killNodednsBackend(ctx context.Context, t *trial) (string, error) {
 	n, old := t.node, t.run.Backend
-	ep := n.IP.String() + ":5301"
+	ep := fallbackEndpoint(n.IP.String())
 	old.Kill()
 	killed := time.Now()
 	time.Sleep(notReadyAfter)

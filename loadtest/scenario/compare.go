@@ -67,7 +67,7 @@ type Config struct {
 // DefaultConfig is the published comparison's configuration.
 func DefaultConfig() Config {
 	return Config{
-		Designs:       []string{"coredns", "nodelocal", "zalando", "nodedns"},
+		Designs:       allDesigns(),
 		Rate:          500,
 		Duration:      30 * time.Second,
 		Rounds:        3,
@@ -103,14 +103,19 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// allDesigns are the names of every design, in table order.
+func allDesigns() []string {
+	var out []string
+	for _, d := range Designs {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
 // ParseDesigns reads a comma-separated list; "all" is every design.
 func ParseDesigns(s string) ([]string, error) {
 	if s == "all" {
-		var out []string
-		for _, d := range Designs {
-			out = append(out, d.Name)
-		}
-		return out, nil
+		return allDesigns(), nil
 	}
 	var out []string
 	for _, n := range strings.Split(s, ",") {
@@ -123,12 +128,26 @@ func ParseDesigns(s string) ([]string, error) {
 	return out, nil
 }
 
-func designNames() string {
-	var n []string
-	for _, d := range Designs {
-		n = append(n, d.Name)
+func designNames() string { return strings.Join(allDesigns(), ", ") }
+
+// DesignsRun names the designs of the report's rows and chaos rows, in
+// the order they ran: compare's last line.
+func (r *Report) DesignsRun() []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(d string) {
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
 	}
-	return strings.Join(n, ", ")
+	for _, row := range r.Rows {
+		add(row.Design)
+	}
+	for _, c := range r.Chaos {
+		add(c.Design)
+	}
+	return out
 }
 
 // Row is one design's measurements.

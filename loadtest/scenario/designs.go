@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,8 @@ var Designs = []Design{
 	{"coredns", "CoreDNS Deployment: pods → kube-dns ClusterIP (kube-proxy DNAT, conntrack) → CoreDNS on another node", startCoreDNS},
 	{"nodelocal", "NodeLocal DNSCache: CoreDNS with node-cache's Corefile on 169.254.20.10 + ClusterIP, NOTRACK → central CoreDNS over TCP", startNodeLocal},
 	{"zalando", "dnsmasq on the node IP in front of CoreDNS (kubernetes plugin) on the same node", startZalando},
+	{"coredns-ds-local", "CoreDNS DaemonSet (kubeadm's Corefile) in the pod network, kube-dns with internalTrafficPolicy: Local", startCoreDNSDSLocal},
+	{"coredns-ds-prefer", "CoreDNS DaemonSet (kubeadm's Corefile) in the pod network, kube-dns with trafficDistribution: PreferSameNode", startCoreDNSDSPrefer},
 	{"nodedns", "nodedns: the chart's pod (frontend on 169.254.20.10 + ClusterIP, NOTRACK; backend on localhost TCP)", startNodedns},
 }
 
@@ -69,6 +72,8 @@ type running struct {
 	// backendReady is the URL of the backend's readiness probe, as
 	// kubelet would probe it from the node.
 	backendReady string
+	// ds is the pod of the CoreDNS DaemonSet designs, nil for the others.
+	ds *dsPodRun
 	// restartFrontend starts another frontend with the same command.
 	restartFrontend func() (*process, error)
 	stop            []func() error
@@ -291,7 +296,7 @@ func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 		return nil, err
 	}
 	r.stop = append(r.stop, func() error { return e.removeFallbackEndpoint(context.Background(), n.Name) })
-	if _, err := n.kp.WaitForRules(ctx, n.IP.String()+":5301", e.central.IP.String()+":5301"); err != nil {
+	if _, err := n.kp.WaitForRules(ctx, fallbackEndpoint(n.IP.String()), fallbackEndpoint(e.central.IP.String())); err != nil {
 		return nil, fmt.Errorf("kube-proxy on %s: fallback endpoints: %w", n.Name, err)
 	}
 	dir := filepath.Join(e.opts.OutDir, "nodedns-"+n.Name)
@@ -338,7 +343,7 @@ func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 // namespace beside the central CoreDNS (no port overlaps: its probe
 // address is in 127/8, and both CoreDNS metrics listeners on 9153 set
 // SO_REUSEPORT, the central one on CentralIP). Its fallback listener
-// (:5301 on the node IP) becomes the second endpoint of nodedns-fallback,
+// (fallbackPort on the node IP) becomes the second endpoint of nodedns-fallback,
 // as on a cluster of two nodedns nodes. Only the backend: nothing there
 // talks to that node's frontend.
 func (e *Env) startNodednsPeer(ctx context.Context) error {
@@ -377,6 +382,40 @@ func (e *Env) startNodednsPeer(ctx context.Context) error {
 		return nil
 	}
 	return errors.New("the chart renders no backend container")
+}
+
+// fallbackPort is the port of the backends' fallback listener on the
+// node's IP, and so of the nodedns-fallback Service, as the chart renders
+// them with the comparison's values (NODEDNS_FALLBACK_PORT of the backend
+// container; the frontend's --fallback and the holder's --relay name the
+// Service on the same port).
+func fallbackPort() (int32, error) {
+	cs, err := helm.NodeContainers(nodednsValues, helm.Options{}, helm.Node{Name: "node", IP: "10.1.0.1"})
+	if err != nil {
+		return 0, fmt.Errorf("render the chart: %w", err)
+	}
+	for _, c := range cs {
+		for _, env := range c.Env {
+			if v, ok := strings.CutPrefix(env, "NODEDNS_FALLBACK_PORT="); ok {
+				p, err := strconv.ParseUint(v, 10, 16)
+				if err != nil || p == 0 {
+					return 0, fmt.Errorf("the chart renders NODEDNS_FALLBACK_PORT=%q", v)
+				}
+				return int32(p), nil
+			}
+		}
+	}
+	return 0, errors.New("the chart renders no NODEDNS_FALLBACK_PORT")
+}
+
+// fallbackEndpoint is ip on the fallback port, as kube-proxy's rules
+// name the endpoint.
+func fallbackEndpoint(ip string) string {
+	p, err := fallbackPort()
+	if err != nil {
+		return ip // createObjects already failed on it
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(int(p)))
 }
 
 // stopLatest stops the newest process of a container (chaos may have

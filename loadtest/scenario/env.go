@@ -62,8 +62,12 @@ type Env struct {
 	// peer is the nodedns backend of the other node, the second endpoint
 	// of nodedns-fallback; started with the first nodedns design, nil
 	// until then (startNodednsPeer).
-	peer     *process
-	upstream *upstream
+	peer *process
+	// sliceController is kube-controller-manager running only its
+	// EndpointSlice controller, for the CoreDNS DaemonSet designs'
+	// Services; started with the first of them (startDSControl).
+	sliceController *process
+	upstream        *upstream
 	// kubeconfig for processes in node namespaces (admin, via NodeURL).
 	nodeKubeconfig string
 	nodes          int
@@ -175,12 +179,16 @@ func (e *Env) createObjects(ctx context.Context) error {
 			return err
 		}
 	}
-	// The chart's fallback Service: TCP 5301 of the nodedns backends; each
-	// nodedns node adds its endpoint (addFallbackEndpoint).
+	// The chart's fallback Service: TCP on the nodedns backends' fallback
+	// port; each nodedns node adds its endpoint (addFallbackEndpoint).
+	fbPort, err := fallbackPort()
+	if err != nil {
+		return err
+	}
 	fb := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "nodedns-fallback", Namespace: "kube-system"},
 		Spec: corev1.ServiceSpec{ClusterIP: FallbackServiceIP, Ports: []corev1.ServicePort{
-			{Name: "dns-tcp", Port: 5301, Protocol: corev1.ProtocolTCP},
+			{Name: "dns-tcp", Port: fbPort, Protocol: corev1.ProtocolTCP},
 		}},
 	}
 	if _, err := c.CoreV1().Services("kube-system").Create(ctx, fb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -220,11 +228,15 @@ func (e *Env) createObjects(ctx context.Context) error {
 // endpoint of the nodedns-fallback Service.
 func fallbackSliceName(node string) string { return "nodedns-fallback-" + node }
 
-// addFallbackEndpoint makes the backend (:5301) of the nodedns pod on
+// addFallbackEndpoint makes the backend (its fallbackPort) of the nodedns pod on
 // node (address ip) an endpoint of the nodedns-fallback Service, ready, as
 // the chart's selector would.
 func (e *Env) addFallbackEndpoint(ctx context.Context, node, ip string) error {
-	tcp, name, port := corev1.ProtocolTCP, "dns-tcp", int32(5301)
+	port, err := fallbackPort()
+	if err != nil {
+		return err
+	}
+	tcp, name := corev1.ProtocolTCP, "dns-tcp"
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: fallbackSliceName(node), Namespace: "kube-system", Labels: map[string]string{
 			discoveryv1.LabelServiceName: "nodedns-fallback", discoveryv1.LabelManagedBy: testbed.ManagedBy}},

@@ -17,6 +17,9 @@ var designColors = map[string]color.Color{
 	"nodelocal": color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 	"zalando":   color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 	"nodedns":   color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	// The CoreDNS DaemonSets: purple and brown.
+	"coredns-ds-local":  color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	"coredns-ds-prefer": color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
 }
 
 // WritePlots writes latency-cdf.png, latency-ccdf.png (the same

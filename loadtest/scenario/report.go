@@ -80,6 +80,8 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "\n## Chaos under load\n\n")
 		fmt.Fprintf(w, "Each fault %v into a %v run at %d lookups/s, on a fresh node per design. `lost`: every attempt timed out; `failed`: error answer; `slow`: answered after more than %v.\n\n", chaosAt, r.Config.ChaosDuration, r.Config.Rate, slowAfter)
 		writeChaos(w, r.Chaos)
+		fmt.Fprintf(w, "\n## One row per design\n\n")
+		r.WriteSummary(w)
 	}
 	if len(r.Plots) > 0 {
 		fmt.Fprintf(w, "\n## Plots\n\n")
@@ -247,6 +249,59 @@ func (c *Crosscheck) write(w io.Writer) {
 		c.Command, c.DnsperfQPS, c.DnsperfLost, c.GeneratorQPS, c.ComparisonQPS)
 	if c.GeneratorQPS > 0 {
 		fmt.Fprintf(w, "The comparison's load is %.0f%% of what the generator reaches; the generator reaches %.0f%% of dnsperf's rate.\n", 100*c.ComparisonQPS/c.GeneratorQPS, 100*c.GeneratorQPS/max(c.DnsperfQPS, 1))
+	}
+}
+
+// chaosSum is one design's chaos rows added up.
+type chaosSum struct {
+	rows                        int
+	lookups, lost, failed, slow uint64
+	// worst is the experiment with the most lost and failed lookups.
+	worst      string
+	worstCount uint64
+}
+
+// WriteSummary writes one row per design: the measured run's tail and
+// costs beside its chaos rows added up (and its worst experiment), the
+// table docs/comparison.md opens with.
+func (r *Report) WriteSummary(w io.Writer) {
+	sums := map[string]*chaosSum{}
+	for _, c := range r.Chaos {
+		s := sums[c.Design]
+		if s == nil {
+			s = &chaosSum{}
+			sums[c.Design] = s
+		}
+		s.rows++
+		s.lookups += c.Lookups
+		s.lost += c.Lost
+		s.failed += c.Failed
+		s.slow += c.Slow
+		if bad := c.Lost + c.Failed; bad > s.worstCount || s.worst == "" {
+			s.worst, s.worstCount = c.Experiment, bad
+		}
+	}
+	fmt.Fprintln(w, "| design | p50 | p99 | p99.9 | max | ct new | node CPU s | node RSS MiB | central CPU s | API-tier q | pkts out | chaos rows | lost | failed | slow | most lost+failed |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
+	for _, d := range r.DesignsRun() {
+		cells := strings.Repeat(" |", 10)
+		for _, row := range r.Rows {
+			if row.Design != d || row.Load == nil {
+				continue
+			}
+			p := row.Load.Percentiles
+			cells = fmt.Sprintf(" %v | %v | %v | %v | %d | %.2f | %.1f | %.2f | %.0f | %d |", short(p.P50), short(p.P99), short(p.P999), short(p.Max),
+				row.ConntrackNew, row.NodeCPU, float64(row.NodePeakRSS)/(1<<20), row.CentralCPU, row.APITierQueries, row.PacketsOut)
+		}
+		s := sums[d]
+		if s == nil {
+			s = &chaosSum{}
+		}
+		worst := ""
+		if s.worstCount > 0 {
+			worst = fmt.Sprintf("%s (%d)", s.worst, s.worstCount)
+		}
+		fmt.Fprintf(w, "| %s |%s %d | %d | %d | %d | %s |\n", d, cells, s.rows, s.lost, s.failed, s.slow, worst)
 	}
 }
 
