@@ -71,6 +71,8 @@ type Config struct {
 	// SimRamp is how many simulated nodes start at once (memory of the
 	// initial lists); 0: all.
 	SimRamp int
+	// Plot, if set, is where the -simulate figure (PNG) goes.
+	Plot string
 	// SimCommand starts one simulator process; the study appends
 	// --kubeconfig, --design, --nodes, --ramp and --status-file.
 	SimCommand []string

@@ -131,6 +131,12 @@ func (s *study) simulate(ctx context.Context, dir string, rep *Report) error {
 		}
 	}
 	writeSimPerNode(s.cfg.Out, rep)
+	if s.cfg.Plot != "" {
+		if err := WriteSimPlot(s.cfg.Plot, rep); err != nil {
+			return err
+		}
+		s.logf("figure: %s", s.cfg.Plot)
+	}
 	return nil
 }
 

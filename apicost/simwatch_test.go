@@ -232,3 +232,45 @@ func TestDesignWatches(t *testing.T) {
 		t.Error("ParseSimStatus accepted garbage")
 	}
 }
+
+// The per-node table divides each design's cost over the no-agent window by
+// the node count and by kube-proxy's; the figure is written.
+func TestSimReport(t *testing.T) {
+	win := func(n int, cpu, watchBytes, updates float64) Result {
+		return Result{Nodes: n, Seconds: 10, APICPU: cpu, WatchBytes: watchBytes, ChurnUpdates: updates}
+	}
+	rep := &Report{Config: Config{Simulate: []int{100}}}
+	rep.Sim = []SimRow{
+		{Phase: PhaseIdle, Result: win(0, 1, 0, 0)},
+		{Phase: PhaseChurn, Result: win(0, 1, 0, 10)},
+		{Phase: PhaseRestart, Result: win(0, 2, 0, 10)},
+	}
+	// kube-proxy: 1 CPU-s over the baseline in each phase; CoreDNS twice
+	// that; nodedns 1.1 times.
+	for i, d := range Designs {
+		f := []float64{1, 2, 1.1}[i]
+		rep.Sim = append(rep.Sim,
+			SimRow{Design: d, Phase: PhaseIdle, Result: win(100, 1+f, 0, 0)},
+			SimRow{Design: d, Phase: PhaseChurn, Result: win(100, 1+f, f*1024*100*10, 10)},
+			SimRow{Design: d, Phase: PhaseRestart, Result: win(100, 2+f, 0, 10)})
+	}
+	var b strings.Builder
+	writeSimPerNode(&b, rep)
+	out := b.String()
+	for _, want := range []string{
+		"| 100 | steady (no churn) | apiserver CPU, mcores per node | 1 | 2 | 2.00 | 1.1 | 1.10 |",
+		"| 100 | endpoint churn | watch KiB per endpoint update per node | 1 | 2 | 2.00 | 1.1 | 1.10 |",
+		"| 100 | API server restart | apiserver CPU s per node (relist) | 0.01 | 0.02 | 2.00 | 0.011 | 1.10 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("per-node table lacks %q:\n%s", want, out)
+		}
+	}
+	png := filepath.Join(t.TempDir(), "sim.png")
+	if err := WriteSimPlot(png, rep); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
+		t.Errorf("figure: %v, %v", st, err)
+	}
+}

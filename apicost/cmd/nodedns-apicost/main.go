@@ -68,6 +68,7 @@ func runStudy(ctx context.Context, args []string) error {
 	simulate := fs.String("simulate", "", "simulated node counts, ascending (e.g. 1000,5000): each design's watchers in one process per count, instead of the process windows")
 	fs.IntVar(&cfg.SimCalibrate, "sim-calibrate", cfg.SimCalibrate, "with -simulate: real agents against simulated nodes of each design at this node count (0: none)")
 	fs.IntVar(&cfg.SimRamp, "sim-ramp", cfg.SimRamp, "with -simulate: simulated nodes started at once (0: all)")
+	fs.StringVar(&cfg.Plot, "plot", "", "with -simulate: write the figure (PNG) to this file")
 	out := fs.String("out", "", "also write the tables to this file")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
