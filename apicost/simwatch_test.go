@@ -89,12 +89,16 @@ func (l *requestLog) watches() int {
 func startFake(t *testing.T) (*requestLog, string) {
 	t.Helper()
 	l := &requestLog{seen: map[string]int{}}
-	srv := httptest.NewServer(l)
+	// TLS and HTTP/2, as kube-apiserver: each client then holds one
+	// connection and multiplexes its watches on it.
+	srv := httptest.NewUnstartedServer(l)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	text := fmt.Sprintf(`apiVersion: v1
 kind: Config
-clusters: [{name: fake, cluster: {server: %q}}]
+clusters: [{name: fake, cluster: {server: %q, insecure-skip-tls-verify: true}}]
 users: [{name: fake, user: {}}]
 contexts: [{name: fake, context: {cluster: fake, user: fake}}]
 current-context: fake
