@@ -182,6 +182,11 @@ func TestSimulatedBackendRequests(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("no backend binary (%v): run `make build` or set NODEDNS_BACKEND_BIN", err)
 	}
+	// The process starts in a directory of its own.
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		design Design
 		mode   string
