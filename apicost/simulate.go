@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nodedns/nodedns/backend/kubespec"
@@ -33,6 +34,9 @@ type SimRow struct {
 	RelistedAfter      time.Duration
 	// SyncedAfter is how long the nodes took to sync when they started.
 	SyncedAfter time.Duration
+	// Failed says why the window has no figures: kube-apiserver did not
+	// come back from the restart under this design's relist storm.
+	Failed string
 }
 
 // CalRow compares real agents with simulated nodes of one design: the same
@@ -253,7 +257,18 @@ func (s *study) simulateDesign(ctx context.Context, dir string, d Design, n int,
 		return nil
 	}
 	if r, err = s.measure(ctx, label+", "+PhaseRestart, n, s.cfg.BurstWindow, restart, relisted); err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err
+		}
+		// The saturation this study looks for: record it, start the API
+		// server again without the nodes, and go on with the next design.
+		row.Failed, row.Result = err.Error(), Result{Label: label, Nodes: n}
+		rep.Sim = append(rep.Sim, row)
+		s.logf("%s: %v", label, err)
+		if err := s.sims.stopAll(); err != nil {
+			return err
+		}
+		return s.tb.RestartAPIServer(ctx)
 	}
 	row.Result = r
 	rep.Sim = append(rep.Sim, row)
@@ -265,7 +280,7 @@ func (s *study) simulateDesign(ctx context.Context, dir string, d Design, n int,
 // no-agent baseline).
 func (rep *Report) simRow(d Design, n int, phase string) (SimRow, bool) {
 	for _, r := range rep.Sim {
-		if r.Design == d && r.Result.Nodes == n && r.Phase == phase {
+		if r.Design == d && r.Result.Nodes == n && r.Phase == phase && r.Failed == "" {
 			return r, true
 		}
 	}
@@ -296,6 +311,14 @@ func writeSimCalibration(w io.Writer, rep *Report) {
 	}
 }
 
+// firstLine is s up to its first newline.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
 // perUpd is v per endpoint update of the window (NaN without updates).
 func perUpd(r Result, v float64) float64 {
 	if r.ChurnUpdates == 0 {
@@ -316,6 +339,11 @@ func writeSim(w io.Writer, rep *Report) {
 			d = SetNone
 		}
 		after := "-"
+		if row.Failed != "" {
+			fmt.Fprintf(w, "| %d | %s | %s | kube-apiserver did not come back: %s |||||||||||||\n",
+				r.Nodes, d, row.Phase, strings.ReplaceAll(firstLine(row.Failed), "|", "/"))
+			continue
+		}
 		switch {
 		case row.Phase == PhaseRestart && row.Design != "":
 			after = fmt.Sprintf("%d/%d in %.1f", row.Relisted, row.Expected, row.RelistedAfter.Seconds())
