@@ -8,7 +8,9 @@
 // an endpoint rolling update under way), in the 30s after every agent
 // restarts at once (a DaemonSet rollout) and after kube-apiserver restarts
 // (every watcher relists), fits the costs against the node count and
-// extrapolates. docs/apiserver-cost.md holds the method and the results.
+// extrapolates. With Config.Simulate, thousands of nodes of each Design run
+// as goroutines of one process instead (RunSimWatchers, simulate.go).
+// docs/apiserver-cost.md holds the method and the results.
 package apicost
 
 import (
