@@ -275,6 +275,16 @@ func TestSimReport(t *testing.T) {
 			t.Errorf("per-node table lacks %q:\n%s", want, out)
 		}
 	}
+	// Calibration: per second over the no-agent churn window (10 s, no
+	// watch bytes): 2 KiB/s real, 2.2 simulated.
+	rep.SimCalibration = []CalRow{{Design: DesignKubeProxy, Nodes: 20,
+		Real: win(20, 1, 2*1024*10, 10), Sim: win(20, 1, 2.2*1024*10, 11)}}
+	b.Reset()
+	writeSimCalibration(&b, rep)
+	if want := "| kube-proxy | 20 | 0 / 0 | 0.0 / 0.0 | 2.0 / 2.2 | 1.10 |"; !strings.Contains(b.String(), want) {
+		t.Errorf("calibration table lacks %q:\n%s", want, b.String())
+	}
+
 	png := filepath.Join(t.TempDir(), "sim.png")
 	if err := WriteSimPlot(png, rep); err != nil {
 		t.Fatal(err)
