@@ -87,6 +87,15 @@ APICOST_FLAGS ?=
 apicost: build ## Measure what nodedns backends cost kube-apiserver next to kube-proxy's watches (root; ~25 min; tables in bin/apicost.md).
 	NODEDNS_ETCD=$${NODEDNS_ETCD:-$$(apicost/build-etcd.sh)} $(GO) run ./apicost/cmd/nodedns-apicost -out $(BIN)/apicost.md $(APICOST_FLAGS)
 
+# Flags of `make apicost-scale`: thousands of simulated nodes of each design
+# (kube-proxy, a stock CoreDNS DaemonSet, nodedns's backend), calibrated
+# against 20 real agents of each (docs/apiserver-cost.md).
+APISCALE_FLAGS ?= -simulate=1000,5000 -sim-calibrate=20 -sim-ramp=100 -services=250 -churn-interval=1s -window=20s -settle=5s -burst-window=20s -ready-timeout=10m
+
+.PHONY: apicost-scale
+apicost-scale: build ## API server cost of 1,000 and 5,000 simulated nodes per design: steady, churn, relist storm (root; ~35 min; bin/apicost-scale.md and .png).
+	NODEDNS_ETCD=$${NODEDNS_ETCD:-$$(apicost/build-etcd.sh)} $(GO) run ./apicost/cmd/nodedns-apicost -out $(BIN)/apicost-scale.md -plot $(BIN)/apicost-scale.png $(APISCALE_FLAGS)
+
 memstudy: build ## Measure the nodedns pod's memory against cluster size beside node-cache and a CoreDNS replica (root; ~25 min; tables in bin/memstudy.md; last line: pod steady, relist peak, node-cache).
 	@env $$(tools/memstudy/peers.sh) NODEDNS_BACKEND_BIN=$(CURDIR)/$(BIN)/nodedns-backend NODEDNS_FRONTEND_BIN=$(CURDIR)/$(BIN)/nodedns-frontend \
 	  $(GO) test ./backend -run 'TestMemoryStudy$$' -count=1 -v -timeout 60m -memstudy -memstudy.out=$(CURDIR)/$(BIN)/memstudy.md $(MEMSTUDY_FLAGS) > $(BIN)/memstudy.log 2>&1 \

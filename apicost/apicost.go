@@ -8,7 +8,9 @@
 // an endpoint rolling update under way), in the 30s after every agent
 // restarts at once (a DaemonSet rollout) and after kube-apiserver restarts
 // (every watcher relists), fits the costs against the node count and
-// extrapolates. docs/apiserver-cost.md holds the method and the results.
+// extrapolates. With Config.Simulate, thousands of nodes of each Design run
+// as goroutines of one process instead (RunSimWatchers, simulate.go).
+// docs/apiserver-cost.md holds the method and the results.
 package apicost
 
 import (
@@ -40,6 +42,8 @@ type study struct {
 	tb       *testbed.Testbed
 	backends *fleet
 	proxies  *fleet
+	// sims is the simulator process of the -simulate windows (nil until then).
+	sims *fleet
 	// churns are the rolling slices: the ClusterIP Service's (steady
 	// state), then, with cfg.ChurnKinds, the headless and the selector-less
 	// Service's, paused until their windows.
@@ -49,7 +53,10 @@ type study struct {
 	// endpointSlices is the nodedns_kubernetes endpointslices mode of
 	// backends started next.
 	endpointSlices string
-	logf           func(string, ...any)
+	// proxyKC and backendKC are the kubeconfigs of kube-proxy's and of the
+	// backends' identities.
+	proxyKC, backendKC string
+	logf               func(string, ...any)
 }
 
 // Run runs the study and returns its report; the tables also go to
@@ -97,6 +104,14 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if err := s.prepare(ctx, churnCtx, dir, rep); err != nil {
 		return rep, err
 	}
+	if len(cfg.Simulate) > 0 {
+		// The simulated study replaces the process windows; its
+		// calibration runs real agents at the low end.
+		if err := s.simulate(ctx, dir, rep); err != nil {
+			return rep, err
+		}
+		return rep, nil
+	}
 	if cfg.Calibrate {
 		if reason := testbed.UnavailableNodes(); reason != "" {
 			rep.CalibrationSkipped = reason
@@ -139,10 +154,11 @@ func (s *study) prepare(ctx, churnCtx context.Context, dir string, rep *Report) 
 	if err != nil {
 		return err
 	}
+	s.proxyKC, s.backendKC = proxyKC, backendKC
 	s.backends = backendFleet(dir, s.cfg.BackendBinary, backendKC, &s.watchList, &s.endpointSlices)
 	s.proxies = proxyWatchFleet(dir, s.cfg.WatchCommand, s.cfg.WatchEnv, proxyKC)
 
-	maxN := s.cfg.Nodes[len(s.cfg.Nodes)-1]
+	maxN := s.cfg.maxNodes()
 	if err := createNodes(ctx, c, maxN); err != nil {
 		return err
 	}

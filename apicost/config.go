@@ -60,6 +60,22 @@ type Config struct {
 	// namespace; root) and one watch-set process, and compares the watches
 	// each opens.
 	Calibrate bool
+	// Simulate, when not empty, replaces the process windows: for each
+	// node count (ascending) and each Design, one simulator process runs
+	// that many simulated nodes (RunSimWatchers) through an idle window, a
+	// churn window and an API server restart. Nodes is then unused.
+	Simulate []int
+	// SimCalibrate is the node count at which real agents and simulated
+	// nodes of each design are measured side by side; 0: none.
+	SimCalibrate int
+	// SimRamp is how many simulated nodes start at once (memory of the
+	// initial lists); 0: all.
+	SimRamp int
+	// Plot, if set, is where the -simulate figure (PNG) goes.
+	Plot string
+	// SimCommand starts one simulator process; the study appends
+	// --kubeconfig, --design, --nodes, --ramp and --status-file.
+	SimCommand []string
 	// Log receives progress lines. Default: discarded.
 	Logf func(format string, args ...any)
 	// Out receives the report tables (Markdown) as they are measured.
@@ -89,16 +105,36 @@ func DefaultConfig() Config {
 
 // Validate reports the first inconsistent field.
 func (c *Config) Validate() error {
-	if len(c.Nodes) == 0 {
-		return errors.New("nodes: give at least one node count")
-	}
-	if !slices.IsSorted(c.Nodes) || c.Nodes[0] < 1 {
-		return fmt.Errorf("nodes %v: want positive counts in ascending order", c.Nodes)
-	}
-	// Each node count is a separate process of each kind, and the node
-	// addresses of the calibration node come from a /24.
-	if max := c.Nodes[len(c.Nodes)-1]; max > 500 {
-		return fmt.Errorf("nodes %d: at most 500 processes per kind", max)
+	if len(c.Simulate) > 0 {
+		if !slices.IsSorted(c.Simulate) || c.Simulate[0] < 1 {
+			return fmt.Errorf("simulate %v: want positive counts in ascending order", c.Simulate)
+		}
+		// One connection per simulated node, in the simulator and in
+		// kube-apiserver: stay well inside a file descriptor limit of 20,000.
+		if max := c.Simulate[len(c.Simulate)-1]; max > 10000 {
+			return fmt.Errorf("simulate %d: at most 10000 nodes", max)
+		}
+		if c.SimCalibrate < 0 || c.SimCalibrate > 500 {
+			return fmt.Errorf("sim-calibrate %d: want 0..500 real processes", c.SimCalibrate)
+		}
+		if len(c.SimCommand) == 0 {
+			return errors.New("sim command: give the command of a simulator process")
+		}
+		if c.ChurnEndpoints == 0 {
+			return errors.New("simulate: the churn windows need -churn-endpoints > 0")
+		}
+	} else {
+		if len(c.Nodes) == 0 {
+			return errors.New("nodes: give at least one node count")
+		}
+		if !slices.IsSorted(c.Nodes) || c.Nodes[0] < 1 {
+			return fmt.Errorf("nodes %v: want positive counts in ascending order", c.Nodes)
+		}
+		// Each node count is a separate process of each kind, and the node
+		// addresses of the calibration node come from a /24.
+		if max := c.Nodes[len(c.Nodes)-1]; max > 500 {
+			return fmt.Errorf("nodes %d: at most 500 processes per kind", max)
+		}
 	}
 	if c.Services < 1 || c.EndpointsPerService < 1 {
 		return fmt.Errorf("services %d × endpoints %d: want at least 1 each", c.Services, c.EndpointsPerService)
@@ -116,4 +152,14 @@ func (c *Config) Validate() error {
 		return errors.New("watch command: give the command of a kube-proxy watch-set process")
 	}
 	return nil
+}
+
+// maxNodes is the largest node count the study runs: the Node objects it
+// creates.
+func (c *Config) maxNodes() int {
+	n := c.SimCalibrate
+	if len(c.Simulate) > 0 {
+		return max(n, c.Simulate[len(c.Simulate)-1])
+	}
+	return max(n, c.Nodes[len(c.Nodes)-1])
 }

@@ -24,6 +24,8 @@ const (
 	kindBackend kind = "nodedns-backend"
 	// kindProxyWatch opens kube-proxy's informers and nothing else.
 	kindProxyWatch kind = "kube-proxy-watch"
+	// kindSim is one process of simulated nodes (RunSimWatchers).
+	kindSim kind = "simulated nodes"
 )
 
 // readyPoll is how often a fleet checks that its agents synced: short against
@@ -35,6 +37,8 @@ type agent struct {
 	node  string
 	proc  *testbed.Process
 	ready func() bool // true once its caches synced
+	// status is a simulator's status file (kindSim only).
+	status string
 }
 
 // fleet is the processes of one kind, one per simulated node.
@@ -172,6 +176,25 @@ const studyCorefile = `.:%d {
 }
 `
 
+// stockMode is the backends' "endpointslices" value that stands for a stock
+// CoreDNS instead: the kubernetes plugin with kubeadm's Corefile stanza
+// (pods insecure, fallthrough, ttl 30), which watches every EndpointSlice.
+const stockMode = "stock"
+
+// stockCorefile is studyCorefile with the stock kubernetes plugin as
+// kubeadm configures it, and a kubeconfig.
+const stockCorefile = `.:%d {
+    bind 127.0.0.1
+    ready 127.0.0.1:%d
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %s
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 30
+    }
+}
+`
+
 // backendFleet runs nodedns-backend processes with kubeconfig, each on its
 // own two loopback ports (DNS, ready). watchList sets client-go's
 // WatchListClient feature gate (streaming lists) for processes started after
@@ -191,7 +214,11 @@ func backendFleet(dir, binary, kubeconfig string, watchList *bool, endpointSlice
 			return nil, err
 		}
 		conf := filepath.Join(dir, name+".Corefile")
-		if err := os.WriteFile(conf, fmt.Appendf(nil, studyCorefile, dnsPort, readyPort, *endpointSlices, kubeconfig), 0o644); err != nil {
+		text := fmt.Appendf(nil, studyCorefile, dnsPort, readyPort, *endpointSlices, kubeconfig)
+		if *endpointSlices == stockMode {
+			text = fmt.Appendf(nil, stockCorefile, dnsPort, readyPort, kubeconfig)
+		}
+		if err := os.WriteFile(conf, text, 0o644); err != nil {
 			return nil, fmt.Errorf("write Corefile: %w", err)
 		}
 		env := []string{"KUBE_FEATURE_WatchListClient=" + strconv.FormatBool(*watchList)}

@@ -40,6 +40,9 @@ type Result struct {
 
 	Backends   Usage
 	ProxyWatch Usage
+	Sim        Usage // simulator processes
+	// Terminated is the watchers the watch cache closed for falling behind.
+	Terminated float64
 
 	ChurnUpdates float64
 	// Churn is the kind of Service whose slice rolled: ChurnClusterIP
@@ -74,7 +77,10 @@ func (s *study) snapshot(ctx context.Context) (snapshot, error) {
 		return snap, err
 	}
 	snap.c = apiserverCounters(text)
-	for _, f := range []*fleet{s.backends, s.proxies} {
+	for _, f := range []*fleet{s.backends, s.proxies, s.sims} {
+		if f == nil {
+			continue
+		}
 		m := map[int]procUsage{}
 		for _, pid := range f.pids() {
 			u, err := readProc(pid)
@@ -183,6 +189,8 @@ func (s *study) measure(ctx context.Context, label string, nodes int, d time.Dur
 	r.ListBytes = s1.c.ListBytes - base0.c.ListBytes
 	r.Backends = fleetUsage(s0.fleets[kindBackend], s1.fleets[kindBackend])
 	r.ProxyWatch = fleetUsage(s0.fleets[kindProxyWatch], s1.fleets[kindProxyWatch])
+	r.Sim = fleetUsage(s0.fleets[kindSim], s1.fleets[kindSim])
+	r.Terminated = s1.c.Terminated - base0.c.Terminated
 	r.ChurnUpdates = float64(s1.updates - s0.updates)
 	return r, nil
 }

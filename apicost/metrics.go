@@ -112,6 +112,9 @@ type apiCounters struct {
 	WatchesBy   map[string]float64 // the same by resource
 	Lists       float64            // apiserver_request_total{verb="LIST"}
 	ListBytes   float64            // apiserver_response_sizes_sum{verb="LIST"}
+	// Terminated is apiserver_terminated_watchers_total: watchers the
+	// watch cache closed because they did not keep up with its events.
+	Terminated float64
 }
 
 // apiserverCounters extracts apiCounters from kube-apiserver's /metrics.
@@ -119,11 +122,12 @@ type apiCounters struct {
 // stable apiserver_longrunning_requests gauge counts open watches instead.
 func apiserverCounters(text []byte) apiCounters {
 	names := map[string]bool{
-		"apiserver_watch_events_total":     true,
-		"apiserver_watch_events_sizes_sum": true,
-		"apiserver_longrunning_requests":   true,
-		"apiserver_request_total":          true,
-		"apiserver_response_sizes_sum":     true,
+		"apiserver_watch_events_total":        true,
+		"apiserver_watch_events_sizes_sum":    true,
+		"apiserver_longrunning_requests":      true,
+		"apiserver_request_total":             true,
+		"apiserver_response_sizes_sum":        true,
+		"apiserver_terminated_watchers_total": true,
 	}
 	c := apiCounters{WatchesBy: map[string]float64{}}
 	for _, s := range parseMetrics(text, func(n string) bool { return names[n] }) {
@@ -131,6 +135,8 @@ func apiserverCounters(text []byte) apiCounters {
 			continue
 		}
 		switch s.name {
+		case "apiserver_terminated_watchers_total":
+			c.Terminated += s.value
 		case "apiserver_watch_events_total":
 			c.WatchEvents += s.value
 		case "apiserver_watch_events_sizes_sum":

@@ -37,6 +37,10 @@ type Report struct {
 	Bursts     []Result
 	// Fits of steady-state costs against node count, by metric then set.
 	Fits []FitRow
+	// Sim holds the -simulate windows: the no-agent baselines of each
+	// phase, then per node count and design its three phases.
+	Sim            []SimRow
+	SimCalibration []CalRow
 }
 
 // Kinds of churning Service.

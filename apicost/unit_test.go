@@ -85,4 +85,27 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
+
+	// -simulate replaces the node counts.
+	sim := base
+	sim.Nodes, sim.Simulate, sim.SimCommand = nil, []int{1000, 5000}, []string{"y"}
+	if err := sim.Validate(); err != nil {
+		t.Fatalf("simulate: %v", err)
+	}
+	if got := sim.maxNodes(); got != 5000 {
+		t.Errorf("simulate: %d Node objects, want 5000", got)
+	}
+	for name, mut := range map[string]func(*Config){
+		"unsorted":        func(c *Config) { c.Simulate = []int{5000, 1000} },
+		"too many":        func(c *Config) { c.Simulate = []int{10001} },
+		"no sim command":  func(c *Config) { c.SimCommand = nil },
+		"no churn":        func(c *Config) { c.ChurnEndpoints = 0 },
+		"calibrate > 500": func(c *Config) { c.SimCalibrate = 501 },
+	} {
+		c := sim
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("simulate, %s: no error", name)
+		}
+	}
 }

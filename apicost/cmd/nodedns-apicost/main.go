@@ -5,6 +5,7 @@
 //
 //	nodedns-apicost [flags]                  the study
 //	nodedns-apicost kube-proxy-watch [flags] one node's kube-proxy watch set (started by the study)
+//	nodedns-apicost simulate-watchers [flags] many simulated nodes of one design (started by the study)
 package main
 
 import (
@@ -26,12 +27,17 @@ import (
 // watchSubcommand is the subcommand the study starts once per node.
 const watchSubcommand = "kube-proxy-watch"
 
+// simSubcommand is the subcommand the study starts once per simulated fleet.
+const simSubcommand = "simulate-watchers"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == watchSubcommand {
 		err = runWatch(ctx, os.Args[2:])
+	} else if len(os.Args) > 1 && os.Args[1] == simSubcommand {
+		err = runSim(ctx, os.Args[2:])
 	} else {
 		err = runStudy(ctx, os.Args[1:])
 	}
@@ -59,6 +65,10 @@ func runStudy(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.WatchList, "watchlist", cfg.WatchList, "compare client-go streaming lists off and on for the backends' rollout and relist")
 	fs.BoolVar(&cfg.RestartBaselines, "restart-baselines", cfg.RestartBaselines, "also restart the API server with only kube-proxy's watches and with none")
 	fs.BoolVar(&cfg.Calibrate, "calibrate", cfg.Calibrate, "compare the watches of one real kube-proxy with one kube-proxy-watch process (root)")
+	simulate := fs.String("simulate", "", "simulated node counts, ascending (e.g. 1000,5000): each design's watchers in one process per count, instead of the process windows")
+	fs.IntVar(&cfg.SimCalibrate, "sim-calibrate", cfg.SimCalibrate, "with -simulate: real agents against simulated nodes of each design at this node count (0: none)")
+	fs.IntVar(&cfg.SimRamp, "sim-ramp", cfg.SimRamp, "with -simulate: simulated nodes started at once (0: all)")
+	fs.StringVar(&cfg.Plot, "plot", "", "with -simulate: write the figure (PNG) to this file")
 	out := fs.String("out", "", "also write the tables to this file")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -68,7 +78,15 @@ func runStudy(ctx context.Context, args []string) error {
 	if cfg.Nodes, err = parseInts(*nodes); err != nil {
 		return fmt.Errorf("-nodes: %w", err)
 	}
+	if *simulate != "" {
+		if cfg.Simulate, err = parseInts(*simulate); err != nil {
+			return fmt.Errorf("-simulate: %w", err)
+		}
+	}
 	if cfg.WatchCommand, err = apicost.SelfWatchCommand(watchSubcommand); err != nil {
+		return err
+	}
+	if cfg.SimCommand, err = apicost.SelfWatchCommand(simSubcommand); err != nil {
 		return err
 	}
 	logger := log.New(os.Stderr, "", log.Ltime)
@@ -102,6 +120,28 @@ func runWatch(ctx context.Context, args []string) error {
 		return errors.New(watchSubcommand + ": --kubeconfig and --node are required")
 	}
 	return apicost.RunProxyWatch(ctx, *kubeconfig, *node, *synced)
+}
+
+func runSim(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet(simSubcommand, flag.ContinueOnError)
+	var o apicost.SimOptions
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the design's identity")
+	design := fs.String("design", "", "kube-proxy, coredns-ds or nodedns")
+	fs.IntVar(&o.First, "first", 0, "first node's index (Node node-NNN)")
+	fs.IntVar(&o.Nodes, "nodes", 1, "simulated nodes")
+	fs.IntVar(&o.Ramp, "ramp", 0, "nodes started at once; the next batch starts when they synced (0: all)")
+	fs.StringVar(&o.StatusFile, "status-file", "", "rewritten every 500ms: synced nodes, lists, events")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.Kubeconfig == "" {
+		return errors.New(simSubcommand + ": --kubeconfig is required")
+	}
+	var err error
+	if o.Design, err = apicost.ParseDesign(*design); err != nil {
+		return err
+	}
+	return apicost.RunSimWatchers(ctx, o)
 }
 
 func parseInts(s string) ([]int, error) {
