@@ -144,6 +144,10 @@ pod template's probe address are added by the DaemonSet itself.
 {{- $f = append $f (list "release-to" (include "nodedns.serviceIP" .)) -}}
 {{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
 {{- $f = append $f (list "allow-networks" (join "," .Values.frontend.allowedNetworks)) -}}
+{{- if not (has .Values.frontend.iptablesBackend (list "auto" "nft" "legacy")) -}}
+{{- fail (printf "frontend.iptablesBackend must be auto, nft or legacy, not %q" .Values.frontend.iptablesBackend) -}}
+{{- end -}}
+{{- $f = append $f (list "iptables-backend" .Values.frontend.iptablesBackend) -}}
 {{- if .Values.fallback.enabled -}}
 {{- $f = append $f (list "fallback" (include "nodedns.fallbackAddress" .)) -}}
 {{- end -}}
