@@ -81,8 +81,13 @@ func TestHandoffRoleIsWhatItReads(t *testing.T) {
 		Spec:   appsv1.DeploymentSpec{Replicas: ptr.To(int32(2))},
 		Status: appsv1.DeploymentStatus{Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}}
 	c := fake.NewClientset([]runtime.Object{ds, svc, node, pod, es, coredns}...)
-	// Restore waits for the replicas; the fake has no controller.
+	// Restore waits for the replicas; the fake has no controller. Only its
+	// patch (replicas back above 0) gets a status: a scale-down's would
+	// race with the patch itself.
 	c.PrependReactor("patch", "deployments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p, ok := a.(k8stesting.PatchAction); !ok || strings.Contains(string(p.GetPatch()), `"replicas":0`) {
+			return false, nil, nil
+		}
 		go func() {
 			time.Sleep(20 * time.Millisecond)
 			o, err := c.Tracker().Get(appsv1.SchemeGroupVersion.WithResource("deployments"), ns, "coredns")
