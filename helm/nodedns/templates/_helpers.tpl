@@ -305,7 +305,7 @@ default level of the admission configuration is not visible here
 {{- $labels := (get (get $ns "metadata" | default dict) "labels") | default dict -}}
 {{- $level := get $labels "pod-security.kubernetes.io/enforce" -}}
 {{- if has $level (list "baseline" "restricted") -}}
-{{- fail (printf "namespace %s enforces the Pod Security level %q (its label pod-security.kubernetes.io/enforce), and the API server would refuse every nodedns pod: they need the privileged level (hostNetwork, hostPath volumes, the NET_ADMIN capability, running as root). Install into kube-system, or label the namespace pod-security.kubernetes.io/enforce=privileged (docs/security.md, section Pod Security)" .Release.Namespace $level) -}}
+{{- fail (printf "namespace %s enforces the Pod Security level %q (its label pod-security.kubernetes.io/enforce), and the API server would refuse every nodedns pod: they need the privileged level (hostNetwork, hostPath volumes, the NET_ADMIN capability, running as root, probes on a loopback host address). Install into kube-system, or label the namespace pod-security.kubernetes.io/enforce=privileged (docs/security.md, section Pod Security)" .Release.Namespace $level) -}}
 {{- end -}}
 {{- end -}}
 
