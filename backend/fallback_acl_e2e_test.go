@@ -23,11 +23,13 @@ import (
 
 // Addresses of the fallback test's topology. The node's own address is a
 // public one (TEST-NET-3, RFC 5737), the case where an open fallback
-// listener would be an amplifier: the outside client sits on the same
-// network and can reach it. Nothing leaves the namespaces the test makes.
+// listener would be an amplifier: the outside client can reach it, through
+// a gateway (its router's address on the node's network). Nothing leaves
+// the namespaces the test makes.
 const (
 	aclNodeIP    = "203.0.113.10" // the node IP (status.hostIP), on the node's eth0
-	aclOutsideIP = "203.0.113.7"  // a host outside every allowed network
+	aclGatewayIP = "203.0.113.7"  // the outside host's router on the node's network
+	aclOutsideIP = "198.51.100.7" // a host outside every allowed network, behind it
 )
 
 // fallbackBlock returns the fallback server block of a Corefile: from its
@@ -57,9 +59,15 @@ func TestFallbackListenerNotOpenResolver(t *testing.T) {
 	topo := netnstest.NodePod(t) // the pod: 10.244.1.2, the node's end of its veth: 10.244.1.1
 	node, pod := topo.Node, topo.Pod
 	outside := netnstest.New(t, "outside")
-	netnstest.Link(t, node, "eth0", []string{aclNodeIP + "/24"}, outside, "eth0", []string{aclOutsideIP + "/24"})
+	netnstest.Link(t, node, "eth0", []string{aclNodeIP + "/24"}, outside, "eth0", []string{aclGatewayIP + "/24"})
+	// The outside host asks from an address the node reaches only through
+	// a gateway: a neighbour on the node's own subnet is local, as for
+	// the frontend (docs/security.md).
+	outside.Run("ip", "addr", "add", aclOutsideIP+"/32", "dev", "lo")
+	outside.Run("ip", "route", "replace", "203.0.113.0/24", "dev", "eth0", "src", aclOutsideIP)
+	node.Run("ip", "route", "add", aclOutsideIP+"/32", "via", aclGatewayIP)
 	// The outside client may also try the node's pod-network address.
-	outside.Run("ip", "route", "add", "10.244.0.0/16", "via", aclNodeIP)
+	outside.Run("ip", "route", "add", "10.244.0.0/16", "via", aclNodeIP, "src", aclOutsideIP)
 
 	// The upstream resolver of the node (resolv.conf's), inside the node.
 	var fwd atomic.Int64
@@ -73,10 +81,14 @@ func TestFallbackListenerNotOpenResolver(t *testing.T) {
 
 	// The default Corefile with two changes in the main block, none in the
 	// fallback block (smokeCorefile): the kubernetes stanza becomes hosts
-	// and template stanzas (it needs an API server, and the fallback's acl
-	// and bind do not depend on it: the fallback relays to the main block
-	// only what acl let through), and lameduck is shortened so that the
-	// test stops in a moment.
+	// and template stanzas (it needs an API server, and the fallback's
+	// nodedns_acl and bind do not depend on it: the fallback relays to the
+	// main block only what nodedns_acl let through), and lameduck is
+	// shortened so that the test stops in a moment. NODEDNS_FALLBACK_ALLOW
+	// keeps its default, local,nodes: nodes has no API server here (its
+	// sets are TestNodeSet's and TestNodesWatch's, ./backend/srcacl), so
+	// this is local's half: the pod on its veth is answered, a host behind
+	// a gateway is not.
 	core := smokeCorefile(t)
 	if fb := fallbackBlock(t, string(defaultCorefile)); fallbackBlock(t, core) != fb {
 		t.Fatalf("the test's fallback block differs from the default's:\n%s", fallbackBlock(t, core))
@@ -181,6 +193,15 @@ func TestFallbackListenerNotOpenResolver(t *testing.T) {
 	t.Logf("coredns_dns_responses_total of the fallback server, rcode REFUSED: %s", v)
 	if !ok || v != fmt.Sprint(refused) {
 		t.Errorf("fallback REFUSED responses in /metrics: %q (found %v), want %d", v, ok, refused)
+	}
+	v, ok = metricValue(body, "nodedns_backend_denied_total", ":5301")
+	t.Logf("nodedns_backend_denied_total of the fallback server: %s", v)
+	if !ok || v != fmt.Sprint(refused) {
+		t.Errorf("nodedns_backend_denied_total in /metrics: %q (found %v), want %d", v, ok, refused)
+	}
+	// No API server here: nodes is off, and the log says so.
+	if out := proc.Output.String(); !strings.Contains(out, "no API server") {
+		t.Errorf("the backend did not log that nodes has no API server:\n%s", out)
 	}
 	for _, port := range []string{"9155", "8181"} {
 		url := "http://" + net.JoinHostPort(aclNodeIP, port) + "/"

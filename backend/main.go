@@ -35,6 +35,9 @@ var envDefaults = []struct{ name, value string }{
 	{"NODEDNS_PORT", "5300"},               // its port
 	{"NODEDNS_FALLBACK_PORT", "5301"},      // port of the listener for other nodes' frontends
 	{"NODEDNS_FALLBACK_BIND", "127.0.0.1"}, // its address; the chart sets the node IP
+	// Who it answers (nodedns_acl): the node's networks and the Node
+	// objects' pod CIDRs and addresses; comma-separated words and prefixes.
+	{"NODEDNS_FALLBACK_ALLOW", "local,nodes"},
 	{"NODEDNS_CLUSTER_DOMAIN", "cluster.local"},
 	{"NODEDNS_UPSTREAM", "/etc/resolv.conf"}, // forward targets: a resolv.conf path or addresses
 	{"NODEDNS_ENDPOINTSLICES", "spec"},       // nodedns_kubernetes: spec (the DNS specification's slices) or all

@@ -27,6 +27,9 @@ import (
 	// nodedns_kubernetes: the kubernetes plugin with the EndpointSlice
 	// watches the DNS specification needs.
 	_ "github.com/nodedns/nodedns/backend/kubespec"
+	// nodedns_acl: the fallback listener's source policy (local, the
+	// Node objects' pod CIDRs and addresses, prefixes).
+	_ "github.com/nodedns/nodedns/backend/srcacl"
 )
 
 // directives is the plugin chain order: a query passes through the plugins a
@@ -46,7 +49,8 @@ var directives = []string{
 	"log",                // query log, off in the default Corefile
 	"loadbalance",        // shuffles A/AAAA answers on the way out
 	"rewrite",            // rewrites names before cache and kubernetes see them
-	"acl",                // refuses the fallback listener's queries from outside the cluster's networks
+	"acl",                // static allow/block lists (the default Corefile uses nodedns_acl instead)
+	"nodedns_acl",        // refuses the fallback listener's queries from outside the node's and the cluster's networks
 	"cache",              // caches forwarded answers (cluster.local is answered from memory)
 	"template",           // synthesises answers for patterns (e.g. blocking a search-path suffix)
 	"hosts",              // static entries, before kubernetes

@@ -74,6 +74,7 @@ type config struct {
 	metricsAddr     string
 	healthAddr      string
 	mode            string
+	iptablesBackend string
 	localIPs        []net.IP
 	serviceIPs      []net.IP
 	releaseTo       releaseFlag
@@ -135,6 +136,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.metricsAddr, "metrics", defaultMetrics, "`ADDR` serving Prometheus /metrics; empty disables")
 	fs.StringVar(&cfg.healthAddr, "health", defaultHealth, "`ADDR` serving /health and /ready; empty disables")
 	fs.StringVar(&cfg.mode, "mode", defaultMode, "how pods reach the frontend: "+modeNames)
+	fs.StringVar(&cfg.iptablesBackend, "iptables-backend", "auto", "iptables implementation of the rules: auto (the one the host's rules live in), nft or legacy; nft needs no CAP_NET_RAW")
 	fs.Var((*ipListFlag)(&cfg.localIPs), "local-ip", "`IP[,IP]` owned by the frontend (the node IP in node-ip mode)")
 	fs.Var((*ipListFlag)(&cfg.serviceIPs), "service-ip", "kube-dns ClusterIP `IP[,IP]` owned in iptables mode")
 	fs.Var(&cfg.releaseTo, "release-to", "kube-dns ClusterIP `IP[,IP]` that queries to the local IPs go to whenever no frontend serves them (default: --service-ip; empty: none)")
@@ -223,6 +225,11 @@ func (c config) validate() error {
 	}
 	if c.metricsAddr != "" && c.metricsAddr == c.healthAddr && !strings.HasSuffix(c.metricsAddr, ":0") {
 		errs = append(errs, fmt.Errorf("--metrics and --health: both %q", c.metricsAddr))
+	}
+	switch c.iptablesBackend {
+	case "auto", "nft", "legacy":
+	default:
+		errs = append(errs, fmt.Errorf("--iptables-backend %q: want auto, nft or legacy", c.iptablesBackend))
 	}
 	switch c.mode {
 	case "iptables", "link-local", "node-ip":

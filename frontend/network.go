@@ -89,6 +89,14 @@ func gateConfig(cfg config, pool backendProber) gate.Config {
 	}
 }
 
+// iptablesBackend is --iptables-backend for nodenet: auto is detection.
+func iptablesBackend(s string) nodenet.Backend {
+	if s == "auto" {
+		return ""
+	}
+	return nodenet.Backend(s)
+}
+
 // newNetwork returns the node networking for cfg: nothing at all with
 // --setup-network=false.
 func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, g backendGate) (network, error) {
@@ -97,6 +105,7 @@ func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, g
 	}
 	ncfg := nodenet.Config{
 		Mode:         nodenet.Mode(cfg.mode),
+		IPTables:     iptablesBackend(cfg.iptablesBackend),
 		LocalIPs:     cfg.localIPs,
 		ServiceIPs:   cfg.serviceIPs,
 		Interface:    cfg.iface,

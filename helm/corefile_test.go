@@ -30,6 +30,7 @@ var backendDefaults = map[string]string{
 	"NODEDNS_PORT":           "5300",
 	"NODEDNS_FALLBACK_PORT":  "5301",
 	"NODEDNS_FALLBACK_BIND":  "127.0.0.1",
+	"NODEDNS_FALLBACK_ALLOW": "local,nodes",
 	"NODEDNS_CLUSTER_DOMAIN": "cluster.local",
 	"NODEDNS_UPSTREAM":       "/etc/resolv.conf",
 	"NODEDNS_HEALTH":         "127.0.0.1:9155",

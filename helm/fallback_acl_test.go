@@ -2,6 +2,8 @@ package helm
 
 import (
 	"slices"
+
+	rbacv1 "k8s.io/api/rbac/v1"
 	"strings"
 	"testing"
 )
@@ -9,17 +11,31 @@ import (
 // TestFallbackListenerRestricted checks what keeps the backends' fallback
 // listener from being an open resolver and the metrics off other
 // addresses: the Corefile binds the fallback block to the node IP and
-// restricts it with acl to fallback.allowedNetworks, and both containers'
-// metrics listen on the node IP.
+// restricts it with nodedns_acl to fallback.allowedNetworks, the
+// ClusterRole lets the backend watch Nodes only when that list says
+// nodes, and both containers' metrics listen on the node IP.
 func TestFallbackListenerRestricted(t *testing.T) {
 	for _, tc := range []struct {
 		values string
 		allow  string
+		nodes  bool
 	}{
-		{``, "allow net 127.0.0.0/8 ::1/128 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10 fc00::/7"},
-		{`fallback: {allowedNetworks: [10.244.0.0/16, 2001:db8::/64]}`, "allow net 127.0.0.0/8 ::1/128 10.244.0.0/16 2001:db8::/64"},
+		{``, "nodedns_acl local,nodes", true},
+		{`fallback: {allowedNetworks: [local, nodes, 2600:1f14::/56]}`, "nodedns_acl local,nodes,2600:1f14::/56", true},
+		{`fallback: {allowedNetworks: [10.244.0.0/16, 2001:db8::/64]}`, "nodedns_acl 10.244.0.0/16,2001:db8::/64", false},
 	} {
 		_, objs, _ := render(t, tc.values)
+		var rules []string
+		if role, ok := Find(objs, "ClusterRole", "nodedns").(*rbacv1.ClusterRole); ok {
+			for _, r := range role.Rules {
+				rules = append(rules, r.Resources...)
+			}
+		} else {
+			t.Fatalf("%q: no ClusterRole nodedns", tc.values)
+		}
+		if got := slices.Contains(rules, "nodes"); got != tc.nodes {
+			t.Errorf("%q: backend ClusterRole resources %v: nodes %v, want %v", tc.values, rules, got, tc.nodes)
+		}
 		cm := ConfigMaps(objs)["nodedns-backend"]
 		if cm == nil {
 			t.Fatal("no backend ConfigMap")
@@ -31,7 +47,7 @@ func TestFallbackListenerRestricted(t *testing.T) {
 		}
 		fallback, _, _ = strings.Cut(fallback, "\n    }")
 		lines := corefileLines(fallback)
-		for _, want := range []string{"bind {$NODEDNS_FALLBACK_BIND}", "acl {", tc.allow, "block"} {
+		for _, want := range []string{"bind {$NODEDNS_FALLBACK_BIND}", tc.allow} {
 			if !slices.Contains(lines, want) {
 				t.Errorf("%q: fallback block lacks %q:\n%s", tc.values, want, fallback)
 			}

@@ -2,6 +2,7 @@ package helm
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -91,7 +92,9 @@ func TestRender(t *testing.T) {
 			}
 			checkPod(t, ds, vals)
 			checkServices(t, objs, ds, vals)
-			checkRBAC(t, objs, ds)
+			// nodedns_acl's nodes needs the Nodes (fallback_acl_test.go).
+			nodes := aclNodes.MatchString(ConfigMaps(objs)["nodedns-backend"].Data["Corefile"])
+			checkRBAC(t, objs, ds, nodes)
 			checkConfigMaps(t, objs, ds, vals)
 			checkMonitoring(t, objs, vals)
 			checkProbeAddress(t, objs)
@@ -106,6 +109,9 @@ func TestRender(t *testing.T) {
 		})
 	}
 }
+
+// aclNodes matches a Corefile's nodedns_acl line with the word nodes.
+var aclNodes = regexp.MustCompile(`nodedns_acl [^\n]*\bnodes\b`)
 
 func get(vals map[string]any, path ...string) any {
 	var cur any = vals
@@ -337,7 +343,7 @@ func checkServices(t *testing.T, objs []Object, ds *appsv1.DaemonSet, vals map[s
 	}
 }
 
-func checkRBAC(t *testing.T, objs []Object, ds *appsv1.DaemonSet) {
+func checkRBAC(t *testing.T, objs []Object, ds *appsv1.DaemonSet, nodes bool) {
 	t.Helper()
 	var role *rbacv1.ClusterRole
 	var binding *rbacv1.ClusterRoleBinding
@@ -365,6 +371,9 @@ func checkRBAC(t *testing.T, objs []Object, ds *appsv1.DaemonSet) {
 		}
 	}
 	want := map[string][]string{"/services": {"list", "watch"}, "/namespaces": {"list", "watch"}, "discovery.k8s.io/endpointslices": {"list", "watch"}}
+	if nodes {
+		want["/nodes"] = []string{"list", "watch"} // nodedns_acl's nodes (fallback_acl_test.go)
+	}
 	if len(got) != len(want) {
 		t.Errorf("ClusterRole grants %v, want %v", got, want)
 	}

@@ -40,6 +40,10 @@ const (
 type Config struct {
 	// Mode selects which addresses are owned; default ModeIPTables.
 	Mode Mode
+	// IPTables is the iptables backend NewHost uses; empty detects the
+	// host's (DetectBackend). nft needs no CAP_NET_RAW: iptables-nft
+	// talks netlink, iptables-legacy a raw socket.
+	IPTables Backend
 	// LocalIPs are the addresses pods' queries go to: the link-local IP(s),
 	// or the node IP(s) in ModeNodeIP. Default 169.254.20.10.
 	LocalIPs []net.IP

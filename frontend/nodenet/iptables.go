@@ -76,6 +76,9 @@ var hintChains = []string{":KUBE-IPTABLES-HINT", ":KUBE-KUBELET-CANARY"}
 type BackendStats struct {
 	Hint  bool // a kubelet/kube-proxy hint chain exists
 	Rules int  // rules that are not nodedns's own
+	// Denied: a save command failed for want of privilege
+	// (iptables-legacy without CAP_NET_RAW); its rules are unknown.
+	Denied bool
 }
 
 // DetectBackend tells which iptables backend the host uses, as the
@@ -91,7 +94,10 @@ func DetectBackend(ctx context.Context, run Runner) (Backend, map[Backend]Backen
 	for _, b := range []Backend{BackendNFT, BackendLegacy} {
 		var st BackendStats
 		for _, bin := range []string{"iptables-" + string(b) + "-save", "ip6tables-" + string(b) + "-save"} {
-			out, _ := run(ctx, bin)
+			out, err := run(ctx, bin)
+			if err != nil && strings.Contains(err.Error(), "Permission denied") {
+				st.Denied = true
+			}
 			for _, line := range strings.Split(string(out), "\n") {
 				for _, h := range hintChains {
 					if strings.HasPrefix(line, h+" ") {

@@ -68,10 +68,25 @@ func NewWithNFT(cfg Config, log *zap.Logger, set *vm.Set, nl Netlink, ipt map[Fa
 // thread, using the iptables backend (legacy or nft) the host's other rules
 // live in.
 func NewHost(ctx context.Context, cfg Config, log *zap.Logger, set *vm.Set) (*Manager, error) {
-	backend, stats := DetectBackend(ctx, ExecRunner)
-	log.Named("nodenet").Info("iptables backend", zap.String("backend", string(backend)),
-		zap.Int("nft_rules", stats[BackendNFT].Rules), zap.Bool("nft_hint", stats[BackendNFT].Hint),
-		zap.Int("legacy_rules", stats[BackendLegacy].Rules), zap.Bool("legacy_hint", stats[BackendLegacy].Hint))
+	backend := cfg.IPTables
+	switch backend {
+	case BackendNFT, BackendLegacy:
+		log.Named("nodenet").Info("iptables backend", zap.String("backend", string(backend)), zap.String("chosen_by", "--iptables-backend"))
+	case "":
+		var stats map[Backend]BackendStats
+		backend, stats = DetectBackend(ctx, ExecRunner)
+		log.Named("nodenet").Info("iptables backend", zap.String("backend", string(backend)),
+			zap.Int("nft_rules", stats[BackendNFT].Rules), zap.Bool("nft_hint", stats[BackendNFT].Hint),
+			zap.Int("legacy_rules", stats[BackendLegacy].Rules), zap.Bool("legacy_hint", stats[BackendLegacy].Hint))
+		if st := stats[BackendLegacy]; st.Denied {
+			// Without CAP_NET_RAW iptables-legacy cannot read the
+			// host's tables: a host whose rules live there looks empty.
+			log.Named("nodenet").Warn("iptables-legacy-save was denied (iptables-legacy needs CAP_NET_RAW): rules in iptables-legacy are not seen; give the frontend NET_RAW, or set --iptables-backend=nft on nft-only hosts",
+				zap.String("backend", string(backend)))
+		}
+	default:
+		return nil, fmt.Errorf("iptables backend %q: want nft, legacy or empty (detect)", backend)
+	}
 	ipt := map[Family]IPTables{}
 	var errs []error
 	for _, f := range []Family{IPv4, IPv6} {

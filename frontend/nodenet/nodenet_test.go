@@ -443,10 +443,25 @@ func TestDetectBackend(t *testing.T) {
 				}
 				return nil, errors.New("not found")
 			}
-			if got, _ := DetectBackend(context.Background(), run); got != tc.want {
+			got, stats := DetectBackend(context.Background(), run)
+			if got != tc.want {
 				t.Fatalf("DetectBackend = %s, want %s", got, tc.want)
 			}
+			if stats[BackendLegacy].Denied || stats[BackendNFT].Denied {
+				t.Errorf("a missing save command counted as denied: %+v", stats)
+			}
 		})
+	}
+	// Without CAP_NET_RAW iptables-legacy-save fails: its rules are
+	// unknown, which the stats say (NewHost logs it).
+	denied := func(_ context.Context, name string, _ ...string) ([]byte, error) {
+		if strings.HasPrefix(name, "ip") && strings.Contains(name, "legacy") {
+			return nil, errors.New("iptables-legacy-save: exit status 1: iptables-save v1.8.9 (legacy): Cannot initialize: Permission denied (you must be root)")
+		}
+		return nil, nil
+	}
+	if got, stats := DetectBackend(context.Background(), denied); got != BackendNFT || !stats[BackendLegacy].Denied || stats[BackendNFT].Denied {
+		t.Errorf("legacy denied: %s %+v, want nft with legacy denied", got, stats)
 	}
 }
 

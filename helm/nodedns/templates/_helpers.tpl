@@ -144,6 +144,10 @@ pod template's probe address are added by the DaemonSet itself.
 {{- $f = append $f (list "release-to" (include "nodedns.serviceIP" .)) -}}
 {{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
 {{- $f = append $f (list "allow-networks" (join "," .Values.frontend.allowedNetworks)) -}}
+{{- if not (has .Values.frontend.iptablesBackend (list "auto" "nft" "legacy")) -}}
+{{- fail (printf "frontend.iptablesBackend must be auto, nft or legacy, not %q" .Values.frontend.iptablesBackend) -}}
+{{- end -}}
+{{- $f = append $f (list "iptables-backend" .Values.frontend.iptablesBackend) -}}
 {{- if .Values.fallback.enabled -}}
 {{- $f = append $f (list "fallback" (include "nodedns.fallbackAddress" .)) -}}
 {{- end -}}
@@ -287,6 +291,25 @@ servers[{{ $i }}] has the kubernetes plugin fall through for names it denies ({{
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Pod Security admission: the pods need the privileged level (hostNetwork,
+hostPath volumes, the NET_ADMIN capability, root). In a release namespace
+labelled pod-security.kubernetes.io/enforce=baseline or restricted, the API
+server would take the DaemonSet and refuse every pod it makes, leaving the
+nodes' DNS to whatever was there; the install is refused instead, saying
+why. Without a cluster (helm template) lookup finds nothing; a cluster-wide
+default level of the admission configuration is not visible here
+(docs/security.md, "Pod Security").
+*/}}
+{{- define "nodedns.podSecurityCheck" -}}
+{{- $ns := lookup "v1" "Namespace" "" .Release.Namespace | default dict -}}
+{{- $labels := (get (get $ns "metadata" | default dict) "labels") | default dict -}}
+{{- $level := get $labels "pod-security.kubernetes.io/enforce" -}}
+{{- if has $level (list "baseline" "restricted") -}}
+{{- fail (printf "namespace %s enforces the Pod Security level %q (its label pod-security.kubernetes.io/enforce), and the API server would refuse every nodedns pod: they need the privileged level (hostNetwork, hostPath volumes, the NET_ADMIN capability, running as root, probes on a loopback host address). Install into kube-system, or label the namespace pod-security.kubernetes.io/enforce=privileged (docs/security.md, section Pod Security)" .Release.Namespace $level) -}}
 {{- end -}}
 {{- end -}}
 
