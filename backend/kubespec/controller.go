@@ -98,10 +98,13 @@ func newController(client *apiClient, o controllerOptions) (*Controller, error) 
 	if o.zonal {
 		toEndpoints = object.EndpointSliceToEndpointsWithZones
 	}
-	latency := &object.EndpointLatencyRecorder{ServiceFunc: func(m metav1.Object) []*object.Service {
+	svcOf := func(m metav1.Object) []*object.Service {
 		return c.SvcIndex(object.ServiceKey(m.GetLabels()[discoveryv1.LabelServiceName], m.GetNamespace()))
-	}}
+	}
 	for _, sel := range []labels.Selector{headless, unlabelled} {
+		// One recorder per informer: a recorder keeps the object being
+		// processed, and the two informers process at the same time.
+		latency := &object.EndpointLatencyRecorder{ServiceFunc: svcOf}
 		st := newStore(map[string]func(*object.Endpoints) []string{epKeyIndex: endpointsKey, epIPIndex: endpointsIPs})
 		ctl := newInformer(
 			c.listWatch(client.discovery, "endpointslices", func(opts metav1.ListOptions) metav1.ListOptions { return withLabels(opts, sel) }),
