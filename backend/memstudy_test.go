@@ -123,7 +123,7 @@ func TestMemoryStudySmoke(t *testing.T) {
 	}
 	s := runMemStudy(t, memStudyConfig{
 		sizes: []int{0, 40}, cpus: []int{2}, endpoints: 5, headlessEvery: 10, gomemlimit: "160MiB",
-		settle: 500 * time.Millisecond, pressure: true, cgroups: true,
+		settle: 500 * time.Millisecond, cgroups: true,
 		peers: os.Getenv("NODEDNS_NODE_CACHE_BIN") != "" && os.Getenv("NODEDNS_COREDNS_BIN") != "",
 	})
 	want := []string{roleFrontend, roleHolder, roleSpec, roleAll}
@@ -149,11 +149,6 @@ func TestMemoryStudySmoke(t *testing.T) {
 			if s.cgRoot != "" && (m.cg.workingSet <= 0 || m.cg.usage < m.cg.workingSet || m.cg.anon <= 0) {
 				t.Errorf("%s, %s: implausible cgroup figures %+v", state, role, m.cg)
 			}
-		}
-	}
-	if s.cgRoot != "" {
-		if _, ok := s.get(memPressure, memName(roleSpec, 2)); !ok {
-			t.Error("no measurement under memory pressure")
 		}
 	}
 	// With the spec watch the backend holds the 4 headless Services'
@@ -259,6 +254,8 @@ type memRun struct {
 	cgV2      bool
 	cgErr     error // why there are none
 	limits    map[string]float64
+	// queries that failed under pressure: frontend, node-cache
+	pressureFailed, pressureFailedNC int
 }
 
 func (s *memRun) get(state, proc string) (memSample, bool) {
@@ -388,10 +385,6 @@ func runMemStudy(t *testing.T, cfg memStudyConfig) *memRun {
 		s.largest = state
 	}
 
-	if cfg.pressure && s.cgRoot != "" {
-		s.underPressure(t, have, fill)
-	}
-
 	// The API server restarts: every informer lists again while the old
 	// objects are still referenced. The peaks are reset first, so the
 	// peaks afterwards are the relist's own.
@@ -437,21 +430,26 @@ func runMemStudy(t *testing.T, cfg memStudyConfig) *memRun {
 	fill(have)
 	time.Sleep(cfg.settle)
 	s.measure(t, memFresh, have)
+
+	// Last, so that a container the limit kills stops nothing after it.
+	if cfg.pressure && s.cgRoot != "" {
+		s.underPressure(t, have)
+	}
 	return s
 }
 
 // underPressure limits each container of the first node's pod, and its
 // node-cache, to 10% above its working set (at least 4 MiB above), asks
-// every name again, waits and measures: the kernel then reclaims file
+// for every name again, waits and measures: the kernel then reclaims file
 // pages to stay under the limit, so usage is what the container needs.
-// The limits are removed afterwards; an OOM kill fails the study.
-func (s *memRun) underPressure(t *testing.T, services int, fill func(int)) {
+// What fails there (queries, OOM kills) is reported, not fatal: the
+// working set leaves out inactive file pages a process may need again.
+func (s *memRun) underPressure(t *testing.T, services int) {
 	t.Helper()
-	first := s.nodes[0].cpus
+	first := s.nodes[0]
 	s.limits = map[string]float64{}
-	var limited []memProc
 	for _, p := range s.procs {
-		if p.cpus != first || p.cg == nil || (p.role != roleFrontend && p.role != roleHolder && p.role != roleSpec && p.role != roleNodeCache) {
+		if p.cpus != first.cpus || p.cg == nil || (p.role != roleFrontend && p.role != roleHolder && p.role != roleSpec && p.role != roleNodeCache) {
 			continue
 		}
 		m, err := p.cg.memory()
@@ -465,22 +463,18 @@ func (s *memRun) underPressure(t *testing.T, services int, fill func(int)) {
 			continue
 		}
 		s.limits[p.name] = mib
-		limited = append(limited, p)
 		t.Cleanup(func() { _ = p.cg.setLimit(0) })
 	}
 	start := time.Now()
-	fill(services)
+	n := min(services, memFill)
+	s.pressureFailed = askNames(first.fe.dns, n)
+	if first.nodeCache != nil {
+		s.pressureFailedNC = askNames(first.nodeCache.dns, n)
+	}
 	time.Sleep(s.cfg.settle)
 	s.createdIn[memPressure] = time.Since(start)
 	s.measure(t, memPressure, services)
-	for _, p := range limited {
-		if m, _ := s.get(memPressure, p.name); m.cg.ooms > 0 {
-			t.Errorf("%s: %d OOM kills under a limit of %.1f MiB", p.name, m.cg.ooms, s.limits[p.name])
-		}
-		if err := p.cg.setLimit(0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	t.Logf("under pressure: %d of %d queries to the frontend failed, %d to node-cache", s.pressureFailed, n, s.pressureFailedNC)
 }
 
 // waitSynced waits until every watching process answers for the last
@@ -565,6 +559,14 @@ func waitAnswer(addr, name string, qtype uint16, want string) error {
 // time, so that the cache in front holds n answers.
 func fillCache(t *testing.T, addr string, n int) {
 	t.Helper()
+	if f := askNames(addr, n); f > n/100 {
+		t.Fatalf("fill %s: %d of %d queries failed", addr, f, n)
+	}
+}
+
+// askNames asks addr for Services 0..n-1 and returns how many queries
+// failed.
+func askNames(addr string, n int) int {
 	var g errgroup.Group
 	g.SetLimit(16)
 	var failed atomic.Int64
@@ -578,9 +580,7 @@ func fillCache(t *testing.T, addr string, n int) {
 		})
 	}
 	_ = g.Wait()
-	if f := failed.Load(); f > int64(n/100) {
-		t.Fatalf("fill %s: %d of %d queries failed", addr, f, n)
-	}
+	return int(failed.Load())
 }
 
 // measure records every process's memory in state.
@@ -591,10 +591,13 @@ func (s *memRun) measure(t *testing.T, state string, services int) {
 	s.samples[state] = map[string]memSample{}
 	for _, p := range s.procs {
 		m, err := readMemory(p.pid())
-		if err != nil {
+		if err != nil && state == memPressure {
+			// Killed under its limit: the cgroup still counts.
+			t.Logf("%s: %v", p.name, err)
+		} else if err != nil {
 			t.Fatal(err)
 		}
-		if addr := p.metrics(); addr != "" {
+		if addr := p.metrics(); addr != "" && m.rss > 0 {
 			_, text, err := httpGet("http://" + addr + "/metrics")
 			if err != nil {
 				t.Fatalf("%s /metrics: %v", p.name, err)
@@ -909,6 +912,9 @@ func (s *memRun) report() string {
 			fmt.Fprintf(&b, "| %s | %d | %.1f (%.1f) | %.1f | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) | %s | %s |\n",
 				st, c, pod.workingSet, pod.rss, be.cg.peak, nc.workingSet, nc.rss, nl.workingSet, nl.rss, cd.workingSet, cd.rss, ratio, s.createdIn[st].Round(time.Second))
 		}
+	}
+	if _, ok := s.samples[memPressure]; ok {
+		fmt.Fprintf(&b, "\nUnder pressure: %d queries to the frontend and %d to node-cache failed (limits: %v MiB).\n", s.pressureFailed, s.pressureFailedNC, s.limits)
 	}
 	return b.String()
 }
