@@ -355,7 +355,11 @@ func runMemStudy(t *testing.T, cfg memStudyConfig) *memRun {
 		env := append([]string{"NODEDNS_UPSTREAM=" + up.Addr, limit, gogc, "NODEDNS_ENDPOINTSLICES=spec"}, strings.Fields(cfg.extra)...)
 		role := "nodedns-backend (endpointslices spec, " + cfg.extra + ")"
 		if cfg.extraBin != "" {
-			role = "nodedns-backend " + filepath.Base(cfg.extraBin) + " (endpointslices spec, " + cfg.extra + ")"
+			role = cfg.extraBin + " (endpointslices spec"
+			if cfg.extra != "" {
+				role += ", " + cfg.extra
+			}
+			role += ")"
 		}
 		s.extra = s.memBackendIn(t, role, first, cfg.extraBin, clusterCorefile(t, tb.Kubeconfig), env...)
 	}
@@ -599,7 +603,10 @@ func (s *memRun) measure(t *testing.T, state string, services int) {
 		}
 		if addr := p.metrics(); addr != "" && m.rss > 0 {
 			_, text, err := httpGet("http://" + addr + "/metrics")
-			if err != nil {
+			if err != nil && state == memPressure {
+				// A process thrashing under its limit may not answer.
+				t.Logf("%s /metrics: %v", p.name, err)
+			} else if err != nil {
 				t.Fatalf("%s /metrics: %v", p.name, err)
 			}
 			v, _ := metricValue(text, "go_memstats_heap_inuse_bytes")
