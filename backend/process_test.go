@@ -50,6 +50,9 @@ type backend struct {
 	bin      string
 	corefile string
 	extraEnv []string
+	// wrap, when set, rewrites each command before it starts (the memory
+	// study starts it in a memory cgroup).
+	wrap func(*exec.Cmd) *exec.Cmd
 }
 
 // backendPorts picks free loopback ports for the listeners of one backend
@@ -107,6 +110,9 @@ func (b *backend) launch(t testing.TB, corefile string, env []string) {
 		cmd.Env = os.Environ()
 	}
 	cmd.Env = append(cmd.Env, env...)
+	if b.wrap != nil {
+		cmd = b.wrap(cmd)
+	}
 	b.proc = proctest.Start(t, "backend", cmd)
 }
 

@@ -14,10 +14,18 @@ import (
 // change nothing DNS shows (a slice's conditions other than ready, a Pod's
 // status) leave it alone, so the serial follows the records, not the churn.
 
-func (c *Controller) add(any)    { c.modified.Store(c.now().Unix()) }
-func (c *Controller) delete(any) { c.modified.Store(c.now().Unix()) }
+func (c *Controller) add(any) {
+	c.release.event()
+	c.modified.Store(c.now().Unix())
+}
+
+func (c *Controller) delete(any) {
+	c.release.event()
+	c.modified.Store(c.now().Unix())
+}
 
 func (c *Controller) update(oldObj, newObj any) {
+	c.release.event()
 	if o, ok := oldObj.(metav1.Object); ok {
 		if n, ok := newObj.(metav1.Object); ok && o.GetResourceVersion() == n.GetResourceVersion() {
 			return

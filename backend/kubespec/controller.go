@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,15 +17,15 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
-// Index names of the informers' stores.
+// Index names of the informers' stores. Services have no index by
+// object.ServiceKey: it is their store key rearranged (SvcIndex).
 const (
-	svcKeyIndex   = "ServiceNameNamespace" // object.ServiceKey
-	svcIPIndex    = "ServiceIP"            // every ClusterIP
-	svcExtIPIndex = "ServiceExternalIP"    // every external IP
+	svcIPIndex    = "ServiceIP"         // every ClusterIP
+	svcExtIPIndex = "ServiceExternalIP" // every external IP
 	epKeyIndex    = "EndpointNameNamespace"
 	epIPIndex     = "EndpointsIP"
 	podIPIndex    = "PodIP"
@@ -58,12 +59,15 @@ type Controller struct {
 	// that alters internal or external records: the zones' SOA serials.
 	modified, extModified atomic.Int64
 
-	client clientset.Interface
-	now    func() time.Time // always non-nil
+	client  *apiClient
+	now     func() time.Time // always non-nil
+	release *releaser
 
-	svcs, nss, pods cache.Indexer
-	slices          []cache.Indexer // headless, unlabelled
-	informers       []cache.Controller
+	svcs      *store[*object.Service]
+	nss       *store[*object.Namespace]
+	pods      *store[*object.Pod]
+	slices    []*store[*object.Endpoints] // headless, unlabelled
+	informers []cache.Controller
 
 	stopMu  sync.Mutex // guards stopped and the close of stop
 	stopped bool
@@ -71,8 +75,8 @@ type Controller struct {
 }
 
 // newController builds the informers; Run starts them.
-func newController(client clientset.Interface, o controllerOptions) (*Controller, error) {
-	c := &Controller{client: client, now: o.now, stop: make(chan struct{})}
+func newController(client *apiClient, o controllerOptions) (*Controller, error) {
+	c := &Controller{client: client, now: o.now, stop: make(chan struct{}), release: newReleaser()}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -82,15 +86,10 @@ func newController(client clientset.Interface, o controllerOptions) (*Controller
 	}
 	h := cache.ResourceEventHandlerFuncs{AddFunc: c.add, UpdateFunc: c.update, DeleteFunc: c.delete}
 
-	var svcCtl cache.Controller
-	c.svcs, svcCtl = object.NewIndexerInformer(
-		listWatch(client, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return client.CoreV1().Services(corev1.NamespaceAll).List(ctx, withLabels(opts, o.selector))
-		}, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return client.CoreV1().Services(corev1.NamespaceAll).Watch(ctx, withLabels(opts, o.selector))
-		}),
-		&corev1.Service{}, h,
-		cache.Indexers{svcKeyIndex: serviceKey, svcIPIndex: serviceIPs, svcExtIPIndex: serviceExternalIPs},
+	c.svcs = newStore(map[string]func(*object.Service) []string{svcIPIndex: serviceIPs, svcExtIPIndex: serviceExternalIPs})
+	svcCtl := newInformer(
+		c.listWatch(client.core, "services", func(opts metav1.ListOptions) metav1.ListOptions { return withLabels(opts, o.selector) }),
+		&corev1.Service{}, h, c.svcs,
 		object.DefaultProcessor(object.ToService, nil),
 	)
 	c.informers = append(c.informers, svcCtl)
@@ -99,46 +98,37 @@ func newController(client clientset.Interface, o controllerOptions) (*Controller
 	if o.zonal {
 		toEndpoints = object.EndpointSliceToEndpointsWithZones
 	}
-	latency := &object.EndpointLatencyRecorder{ServiceFunc: func(m metav1.Object) []*object.Service {
+	svcOf := func(m metav1.Object) []*object.Service {
 		return c.SvcIndex(object.ServiceKey(m.GetLabels()[discoveryv1.LabelServiceName], m.GetNamespace()))
-	}}
+	}
 	for _, sel := range []labels.Selector{headless, unlabelled} {
-		store, ctl := object.NewIndexerInformer(
-			listWatch(client, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				return client.DiscoveryV1().EndpointSlices(corev1.NamespaceAll).List(ctx, withLabels(opts, sel))
-			}, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-				return client.DiscoveryV1().EndpointSlices(corev1.NamespaceAll).Watch(ctx, withLabels(opts, sel))
-			}),
-			&discoveryv1.EndpointSlice{}, h,
-			cache.Indexers{epKeyIndex: endpointsKey, epIPIndex: endpointsIPs},
+		// One recorder per informer: a recorder keeps the object being
+		// processed, and the two informers process at the same time.
+		latency := &object.EndpointLatencyRecorder{ServiceFunc: svcOf}
+		st := newStore(map[string]func(*object.Endpoints) []string{epKeyIndex: endpointsKey, epIPIndex: endpointsIPs})
+		ctl := newInformer(
+			c.listWatch(client.discovery, "endpointslices", func(opts metav1.ListOptions) metav1.ListOptions { return withLabels(opts, sel) }),
+			&discoveryv1.EndpointSlice{}, h, st,
 			object.DefaultProcessor(toEndpoints, latency),
 		)
-		c.slices = append(c.slices, store)
+		c.slices = append(c.slices, st)
 		c.informers = append(c.informers, ctl)
 	}
 
-	var nsCtl cache.Controller
-	c.nss, nsCtl = object.NewIndexerInformer(
-		listWatch(client, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return client.CoreV1().Namespaces().List(ctx, withLabels(opts, o.namespaceSelector))
-		}, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return client.CoreV1().Namespaces().Watch(ctx, withLabels(opts, o.namespaceSelector))
-		}),
-		&corev1.Namespace{}, cache.ResourceEventHandlerFuncs{}, cache.Indexers{},
+	c.nss = newStore[*object.Namespace](nil)
+	nsCtl := newInformer(
+		c.listWatch(client.core, "namespaces", func(opts metav1.ListOptions) metav1.ListOptions { return withLabels(opts, o.namespaceSelector) }),
+		&corev1.Namespace{}, cache.ResourceEventHandlerFuncs{}, c.nss,
 		object.DefaultProcessor(object.ToNamespace, nil),
 	)
 	c.informers = append(c.informers, nsCtl)
 
 	// The Pod store exists without pods verified too, empty, as the
 	// plugin's does: PodIndex then finds nothing.
-	var podCtl cache.Controller
-	c.pods, podCtl = object.NewIndexerInformer(
-		listWatch(client, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return client.CoreV1().Pods(corev1.NamespaceAll).List(ctx, withPhases(withLabels(opts, o.selector)))
-		}, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return client.CoreV1().Pods(corev1.NamespaceAll).Watch(ctx, withPhases(withLabels(opts, o.selector)))
-		}),
-		&corev1.Pod{}, h, cache.Indexers{podIPIndex: podIPs},
+	c.pods = newStore(map[string]func(*object.Pod) []string{podIPIndex: podIPs})
+	podCtl := newInformer(
+		c.listWatch(client.core, "pods", func(opts metav1.ListOptions) metav1.ListOptions { return withPhases(withLabels(opts, o.selector)) }),
+		&corev1.Pod{}, h, c.pods,
 		object.DefaultProcessor(object.ToPod, nil),
 	)
 	if o.pods {
@@ -147,8 +137,38 @@ func newController(client clientset.Interface, o controllerOptions) (*Controller
 	return c, nil
 }
 
-func listWatch(client clientset.Interface, list cache.ListWithContextFunc, w cache.WatchFuncWithContext) cache.ListerWatcher {
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: w}, client)
+// newInformer is object.NewIndexerInformer with the store given: the
+// processor converts each object (object.DefaultProcessor) into st.
+func newInformer(lw cache.ListerWatcher, objType runtime.Object, h cache.ResourceEventHandler, st cache.Indexer, process object.ProcessorBuilder) cache.Controller {
+	return cache.New(&cache.Config{
+		Queue:         cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{KeyFunction: cache.MetaNamespaceKeyFunc, KnownObjects: st}),
+		ListerWatcher: lw,
+		ObjectType:    objType,
+		Process:       process(st, h),
+	})
+}
+
+// listWatch lists and watches resource of every namespace through rc,
+// with the options opts makes. Each list, and each watch that starts with
+// the current objects (a streamed list), tells the releaser: its garbage
+// is returned to the OS once the events stop.
+func (c *Controller) listWatch(rc rest.Interface, resource string, opts func(metav1.ListOptions) metav1.ListOptions) cache.ListerWatcher {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			c.release.listed()
+			o = opts(o)
+			return rc.Get().Resource(resource).VersionedParams(&o, c.client.params).Do(ctx).Get()
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if o.SendInitialEvents != nil && *o.SendInitialEvents {
+				c.release.listed()
+			}
+			o = opts(o)
+			o.Watch = true
+			return rc.Get().Resource(resource).VersionedParams(&o, c.client.params).Watch(ctx)
+		},
+	}
+	return cache.ToListWatcherWithWatchListSemantics(lw, c.client)
 }
 
 func withLabels(opts metav1.ListOptions, s labels.Selector) metav1.ListOptions {
@@ -171,6 +191,7 @@ func (c *Controller) Run() {
 	for _, inf := range c.informers {
 		go inf.Run(c.stop)
 	}
+	go c.release.run(c.stop)
 	<-c.stop
 }
 
@@ -209,33 +230,43 @@ func (c *Controller) Modified(mode kubernetes.ModifiedMode) int64 {
 }
 
 // ServiceList returns every Service in the store.
-func (c *Controller) ServiceList() []*object.Service { return listOf[*object.Service](c.svcs.List()) }
+func (c *Controller) ServiceList() []*object.Service { return c.svcs.list() }
 
 // EndpointsList returns the endpoints of every watched slice.
 func (c *Controller) EndpointsList() []*object.Endpoints {
-	var all []any
+	var all []*object.Endpoints
 	for _, s := range c.slices {
-		all = append(all, s.List()...)
+		all = append(all, s.list()...)
 	}
-	return listOf[*object.Endpoints](all)
+	return all
 }
 
 // ServiceImportList returns nothing: ServiceImports are not watched.
 func (c *Controller) ServiceImportList() []*object.ServiceImport { return nil }
 
-// SvcIndex returns the Services of key object.ServiceKey(name, namespace).
+// SvcIndex returns the Services of key object.ServiceKey(name, namespace),
+// name.namespace: a Service's name has no dot (it is a DNS label), so the
+// first dot ends it.
 func (c *Controller) SvcIndex(key string) []*object.Service {
-	return byIndex[*object.Service](c.svcs, svcKeyIndex, key)
+	name, ns, ok := strings.Cut(key, ".")
+	if !ok {
+		return nil
+	}
+	s, ok := c.svcs.get(ns + "/" + name)
+	if !ok || s.Index != key {
+		return nil
+	}
+	return []*object.Service{s}
 }
 
 // SvcIndexReverse returns the Services with ClusterIP ip.
 func (c *Controller) SvcIndexReverse(ip string) []*object.Service {
-	return byIndex[*object.Service](c.svcs, svcIPIndex, ip)
+	return c.svcs.byIndex(svcIPIndex, ip)
 }
 
 // SvcExtIndexReverse returns the Services with external IP ip.
 func (c *Controller) SvcExtIndexReverse(ip string) []*object.Service {
-	return byIndex[*object.Service](c.svcs, svcExtIPIndex, ip)
+	return c.svcs.byIndex(svcExtIPIndex, ip)
 }
 
 // SvcImportIndex returns nothing: ServiceImports are not watched.
@@ -243,7 +274,7 @@ func (c *Controller) SvcImportIndex(string) []*object.ServiceImport { return nil
 
 // PodIndex returns the Pods with address ip (pods verified only).
 func (c *Controller) PodIndex(ip string) []*object.Pod {
-	return byIndex[*object.Pod](c.pods, podIPIndex, ip)
+	return c.pods.byIndex(podIPIndex, ip)
 }
 
 // EpIndex returns the endpoints of the slices of Service key
@@ -251,7 +282,7 @@ func (c *Controller) PodIndex(ip string) []*object.Pod {
 func (c *Controller) EpIndex(key string) []*object.Endpoints {
 	var eps []*object.Endpoints
 	for _, s := range c.slices {
-		eps = append(eps, byIndex[*object.Endpoints](s, epKeyIndex, key)...)
+		eps = append(eps, s.byIndex(epKeyIndex, key)...)
 	}
 	return eps
 }
@@ -261,7 +292,7 @@ func (c *Controller) EpIndex(key string) []*object.Endpoints {
 func (c *Controller) EpIndexReverse(ip string) []*object.Endpoints {
 	var eps []*object.Endpoints
 	for _, s := range c.slices {
-		eps = append(eps, byIndex[*object.Endpoints](s, epIPIndex, ip)...)
+		eps = append(eps, s.byIndex(epIPIndex, ip)...)
 	}
 	return eps
 }
@@ -271,7 +302,8 @@ func (c *Controller) McEpIndex(string) []*object.MultiClusterEndpoints { return 
 
 // GetNodeByName asks the API server for Node name (one round trip).
 func (c *Controller) GetNodeByName(ctx context.Context, name string) (*corev1.Node, error) {
-	n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	n := &corev1.Node{}
+	err := c.client.core.Get().Resource("nodes").Name(name).VersionedParams(&metav1.GetOptions{}, c.client.params).Do(ctx).Into(n)
 	if err != nil {
 		return nil, fmt.Errorf("get node %s: %w", name, err)
 	}
@@ -280,34 +312,9 @@ func (c *Controller) GetNodeByName(ctx context.Context, name string) (*corev1.No
 
 // GetNamespaceByName returns Namespace name from the store.
 func (c *Controller) GetNamespaceByName(name string) (*object.Namespace, error) {
-	o, ok, err := c.nss.GetByKey(name)
-	if err != nil {
-		return nil, fmt.Errorf("namespace %s: %w", name, err)
-	}
+	ns, ok := c.nss.get(name)
 	if !ok {
 		return nil, fmt.Errorf("namespace %s not found", name)
 	}
-	ns, isNS := o.(*object.Namespace)
-	if !isNS {
-		return nil, fmt.Errorf("namespace %s: store holds %T", name, o)
-	}
 	return ns, nil
-}
-
-func byIndex[T any](s cache.Indexer, index, key string) []T {
-	objs, err := s.ByIndex(index, key)
-	if err != nil {
-		return nil
-	}
-	return listOf[T](objs)
-}
-
-func listOf[T any](objs []any) []T {
-	out := make([]T, 0, len(objs))
-	for _, o := range objs {
-		if v, ok := o.(T); ok {
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -1,59 +1,13 @@
 package kubespec
 
-import (
-	"fmt"
-	"slices"
-
-	"github.com/coredns/coredns/plugin/kubernetes/object"
-)
+import "github.com/coredns/coredns/plugin/kubernetes/object"
 
 // The index functions of the stores: keys the kubernetes plugin looks its
-// records up by.
+// records up by. Stored objects are not modified, so the values are
+// returned without a copy.
 
-func serviceKey(obj any) ([]string, error) {
-	s, ok := obj.(*object.Service)
-	if !ok {
-		return nil, fmt.Errorf("service index: got %T", obj)
-	}
-	return []string{s.Index}, nil
-}
-
-func serviceIPs(obj any) ([]string, error) {
-	s, ok := obj.(*object.Service)
-	if !ok {
-		return nil, fmt.Errorf("service IP index: got %T", obj)
-	}
-	return slices.Clone(s.ClusterIPs), nil
-}
-
-func serviceExternalIPs(obj any) ([]string, error) {
-	s, ok := obj.(*object.Service)
-	if !ok {
-		return nil, fmt.Errorf("service external IP index: got %T", obj)
-	}
-	return slices.Clone(s.ExternalIPs), nil
-}
-
-func endpointsKey(obj any) ([]string, error) {
-	e, ok := obj.(*object.Endpoints)
-	if !ok {
-		return nil, fmt.Errorf("endpoints index: got %T", obj)
-	}
-	return []string{e.Index}, nil
-}
-
-func endpointsIPs(obj any) ([]string, error) {
-	e, ok := obj.(*object.Endpoints)
-	if !ok {
-		return nil, fmt.Errorf("endpoints IP index: got %T", obj)
-	}
-	return e.IndexIP, nil
-}
-
-func podIPs(obj any) ([]string, error) {
-	p, ok := obj.(*object.Pod)
-	if !ok {
-		return nil, fmt.Errorf("pod IP index: got %T", obj)
-	}
-	return slices.Clone(p.PodIPs), nil
-}
+func serviceIPs(s *object.Service) []string         { return s.ClusterIPs }
+func serviceExternalIPs(s *object.Service) []string { return s.ExternalIPs }
+func endpointsKey(e *object.Endpoints) []string     { return []string{e.Index} }
+func endpointsIPs(e *object.Endpoints) []string     { return e.IndexIP }
+func podIPs(p *object.Pod) []string                 { return p.PodIPs }

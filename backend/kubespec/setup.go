@@ -17,7 +17,6 @@ import (
 	"github.com/coredns/coredns/plugin/kubernetes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	clientset "k8s.io/client-go/kubernetes"
 )
 
 // Name is the directive.
@@ -82,7 +81,7 @@ func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := clientset.NewForConfig(rc)
+	client, err := newAPIClient(rc)
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
