@@ -38,6 +38,15 @@ var scheme = func() *runtime.Scheme {
 // limiter when the configuration sets a rate.
 func newAPIClient(cfg *rest.Config) (*apiClient, error) {
 	cfg = rest.CopyConfig(cfg)
+	// Protobuf, as client-go's clientset asks for built-in types: a
+	// quarter of JSON's bytes on every list and watch event, for the API
+	// server and for this process.
+	if cfg.ContentType == "" {
+		cfg.ContentType = runtime.ContentTypeProtobuf
+	}
+	if cfg.AcceptContentTypes == "" {
+		cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	}
 	if cfg.RateLimiter == nil && cfg.QPS > 0 {
 		if cfg.Burst <= 0 {
 			return nil, fmt.Errorf("burst is required to be greater than 0 when RateLimiter is not set and QPS is set to greater than 0")
