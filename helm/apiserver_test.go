@@ -99,6 +99,11 @@ func TestInstallAndRBAC(t *testing.T) {
 			func() error { return stopWatch(sa.DiscoveryV1().EndpointSlices("").Watch(ctx, metav1.ListOptions{})) }},
 		{"namespaces", func() error { _, err := sa.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); return err },
 			func() error { return stopWatch(sa.CoreV1().Namespaces().Watch(ctx, metav1.ListOptions{})) }},
+		// fallback.allowedNetworks' default lists nodes: the fallback
+		// listener's source policy watches the Nodes' pod CIDRs and
+		// addresses (backend/srcacl).
+		{"nodes", func() error { _, err := sa.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
+			func() error { return stopWatch(sa.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})) }},
 	}
 	for _, c := range lw {
 		if err := c.list(); err != nil {
@@ -115,7 +120,6 @@ func TestInstallAndRBAC(t *testing.T) {
 		{"list secrets", func() error { _, err := sa.CoreV1().Secrets("").List(ctx, metav1.ListOptions{}); return err }},
 		{"list pods", func() error { _, err := sa.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); return err }},
 		{"list configmaps", func() error { _, err := sa.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); return err }},
-		{"list nodes", func() error { _, err := sa.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
 		{"list endpoints", func() error { _, err := sa.CoreV1().Endpoints("").List(ctx, metav1.ListOptions{}); return err }},
 		{"get service", func() error {
 			_, err := sa.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})

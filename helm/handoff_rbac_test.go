@@ -98,6 +98,16 @@ func TestHandoffRoleIsWhatItReads(t *testing.T) {
 			r := *d.Spec.Replicas
 			d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: r, UpdatedReplicas: r, ReadyReplicas: r, AvailableReplicas: r}
 			_ = c.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), d, ns)
+			// and, as the EndpointSlice controller would, CoreDNS's pod
+			// behind the Service: restore waits for it.
+			o, err = c.Tracker().Get(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), ns, es.Name)
+			if err != nil {
+				return
+			}
+			e := o.(*discoveryv1.EndpointSlice).DeepCopy()
+			e.Endpoints = append(e.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.244.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+				NodeName: ptr.To("node-0"), TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "coredns-0"}})
+			_ = c.Tracker().Update(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), e, ns)
 		}()
 		return false, nil, nil
 	})
