@@ -53,23 +53,42 @@ func startTrace(ctx context.Context, t *testing.T, tb *testbed.Testbed, nodes []
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := tb.Client().DiscoveryV1().EndpointSlices("kube-system").Watch(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kube-dns"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A list every 100 ms, each change written: a watch of this testbed's
+	// API server may end (a resource version ahead of its cache) and
+	// would need a reflector to resume; the trace wants no such gap.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for ev := range w.ResultChan() {
-			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
-			if !ok {
-				fmt.Fprintf(f, "%s %s %v\n", time.Now().UTC().Format("15:04:05.000"), ev.Type, ev.Object)
-				continue
+		last := map[string]string{}
+		for ctx.Err() == nil {
+			list, err := tb.Client().DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kube-dns"})
+			now := time.Now().UTC().Format("15:04:05.000")
+			if err != nil {
+				fmt.Fprintf(f, "%s list: %v\n", now, err)
+			} else {
+				seen := map[string]bool{}
+				for i := range list.Items {
+					s := &list.Items[i]
+					seen[s.Name] = true
+					if d := describeSlice(s, watch.Modified); last[s.Name] != d {
+						last[s.Name] = d
+						fmt.Fprintf(f, "%s %s %s\n", now, s.Name, d)
+					}
+				}
+				for name := range last {
+					if !seen[name] {
+						delete(last, name)
+						fmt.Fprintf(f, "%s %s deleted\n", now, name)
+					}
+				}
 			}
-			fmt.Fprintf(f, "%s %s %s %s\n", time.Now().UTC().Format("15:04:05.000"), ev.Type, s.Name, describeSlice(s, ev.Type))
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}()
-	t.Cleanup(func() { w.Stop(); <-done; f.Close() })
+	t.Cleanup(func() { cancel(); <-done; f.Close() })
 }
 
 // describeSlice prints a slice's endpoints as address[node]:r/s/t flags
