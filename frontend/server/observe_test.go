@@ -11,8 +11,6 @@ import (
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
 	zapobs "go.uber.org/zap/zaptest/observer"
-
-	"github.com/nodedns/nodedns/shared/metrics"
 )
 
 // rcodeHandler answers from ServeFast with the rcode the first label
@@ -55,20 +53,9 @@ func (h *rcodeHandler) Overloaded(dst, req []byte, _ Proto) []byte { return serv
 // startObserved starts a server with cfg whose query log is recorded.
 func startObserved(t *testing.T, cfg Config, h Handler) (*Server, *zapobs.ObservedLogs) {
 	t.Helper()
-	cfg.Listen = []string{"127.0.0.1:0"}
 	core, logs := zapobs.New(zap.InfoLevel)
-	s, err := New(cfg, h, zap.New(core), metrics.NewSet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	cfg.QueryLogger = zap.New(core)
+	s, _ := startServer(t, cfg, h)
 	return s, logs
 }
 
