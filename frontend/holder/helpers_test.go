@@ -5,12 +5,16 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
@@ -120,7 +124,7 @@ func startHolder(t *testing.T, dir string, timeout time.Duration) (h *Holder, st
 // called.
 func startHolderConfig(t *testing.T, cfg Config) (h *Holder, stop func()) {
 	t.Helper()
-	h, err := New(cfg, zaptest.NewLogger(t).Named("holder"))
+	h, err := New(cfg, afterTestQuiet(t).Named("holder"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,4 +251,34 @@ func (d fileDonor) Files() ([]*os.File, error) {
 		out = append(out, os.NewFile(uintptr(fd), f.Name()))
 	}
 	return out, nil
+}
+
+// afterTestQuiet returns a logger that writes to t until the test ends and
+// drops what comes later: relayed queries still in flight when the holder
+// stops are answered, and logged, after the test returns (relay.stop waits
+// for the readers only), and testing forbids a Log past a test's end.
+func afterTestQuiet(t *testing.T) *zap.Logger {
+	w := &quietWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	enc := zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), zapcore.DebugLevel))
+}
+
+type quietWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *quietWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
 }
