@@ -9,6 +9,7 @@ package kubespec
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/caddy/caddyfile"
@@ -72,11 +73,20 @@ func setup(c *caddy.Controller) error {
 	// The plugin's start-up and shutdown hooks, and its handler, read
 	// APIConn when they run: all of them after setup.
 	k.APIConn = ctl
+	// Runs after the plugin's start-up hook (hooks run in the order
+	// added), which returns once HasSynced is true or startup_timeout
+	// has passed.
+	c.OnStartup(func() error { ctl.Started(); return nil })
 	return nil
 }
 
 // controllerFor builds the spec-watch Controller for the parsed plugin k.
 func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
+	if o.snapshotDir != "" {
+		if err := os.MkdirAll(o.snapshotDir, 0o755); err != nil {
+			return nil, fmt.Errorf("%s: %w", snapshotProperty, err)
+		}
+	}
 	rc, err := restConfig(k, o)
 	if err != nil {
 		return nil, err
@@ -85,7 +95,7 @@ func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
-	co := controllerOptions{pods: o.podsVerified, zonal: o.zonal}
+	co := controllerOptions{pods: o.podsVerified, zonal: o.zonal, snapshotDir: o.snapshotDir}
 	if co.selector, err = selector(o.labels); err != nil {
 		return nil, fmt.Errorf("labels: %w", err)
 	}
