@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,7 +23,7 @@ import (
 )
 
 // apiDownSecondsEnv sets how long TestAPIServerDown keeps the API server
-// down before the backend is restarted (default 20).
+// down before the backend is restarted (default 10).
 const apiDownSecondsEnv = "NODEDNS_APIDOWN_SECONDS"
 
 // hostAddr returns an IPv4 address of the machine's own, not loopback:
@@ -161,12 +162,14 @@ func (l *downLoad) run(ctx context.Context, b *backend, client string, probes []
 // TestAPIServerDown runs the backend with the default Corefile against a
 // real API server and keeps lookups going to both of its listeners while
 // the API server is down: first for the running backend, then for a
-// backend restarted during the outage, then once the API server is back.
+// backend restarted during the outage (with the snapshots of its last
+// run, then without), then once the API server is back: a Service created
+// then resolves on both listeners.
 func TestAPIServerDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("testbed test; -short given")
 	}
-	down := 20 * time.Second
+	down := 10 * time.Second
 	if s := os.Getenv(apiDownSecondsEnv); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -206,7 +209,14 @@ func TestAPIServerDown(t *testing.T) {
 	up := fakeUpstream(t, &fwd)
 	b, env := backendPorts(t)
 	env = append(env, "NODEDNS_UPSTREAM="+up.Addr, "NODEDNS_FALLBACK_ALLOW=nodes", "NODEDNS_FALLBACK_BIND="+client, "NODEDNS_SNAPSHOT_DIR="+snapDir)
+	// nodedns_acl's Node watch reads the testbed too.
 	corefile := clusterCorefile(t, tb.Kubeconfig)
+	const aclSnapshot = "        snapshot {$NODEDNS_SNAPSHOT_DIR}\n    }\n"
+	fb := fallbackBlock(t, corefile)
+	if strings.Count(fb, aclSnapshot) != 1 {
+		t.Fatalf("the default Corefile's nodedns_acl has no snapshot line:\n%s", fb)
+	}
+	corefile = strings.TrimSuffix(corefile, fb) + strings.Replace(fb, aclSnapshot, "        kubeconfig "+tb.Kubeconfig+"\n"+aclSnapshot, 1)
 	_, fbPort, _ := net.SplitHostPort(b.Fallback)
 	b.Fallback = net.JoinHostPort(client, fbPort)
 	b.start(t, corefile, env, 60*time.Second)
@@ -227,14 +237,18 @@ func TestAPIServerDown(t *testing.T) {
 	t.Logf("API server stopped; load for %v", down)
 	time.Sleep(down)
 
-	// Restart the backend with the API server still down.
-	l.setPhase("stopping")
-	b.stop()
-	l.setPhase("restart")
-	restarted := time.Now()
-	b.launch(t, corefile, env)
-	const restartWindow = 15 * time.Second
-	time.Sleep(restartWindow)
+	// Restart the backend with the API server still down: with the
+	// snapshots its last run wrote, then without any.
+	const restartWindow = 10 * time.Second
+	restarted := map[string]time.Time{}
+	for _, r := range []struct{ phase, dir string }{{"restart", snapDir}, {"nosnap", "none"}} {
+		l.setPhase("stopping")
+		b.stop()
+		l.setPhase(r.phase)
+		restarted[r.phase] = time.Now()
+		b.launch(t, corefile, append(slices.Clone(env), "NODEDNS_SNAPSHOT_DIR="+r.dir))
+		time.Sleep(restartWindow)
+	}
 
 	l.setPhase("back")
 	if err := tb.StartAPIServer(ctx); err != nil {
@@ -250,7 +264,7 @@ func TestAPIServerDown(t *testing.T) {
 	<-loadDone
 
 	t.Logf("API server down for %v; lookups every 20ms to each listener, names: %d cluster, 3 NXDOMAIN search-path, 1 external", down, 2)
-	for _, phase := range []string{"up", "down", "stopping", "restart", "back"} {
+	for _, phase := range []string{"up", "down", "stopping", "restart", "nosnap", "back"} {
 		for _, li := range []string{"main", "fallback"} {
 			t.Logf("%-8s %-8s %s", phase, li, l.count(phase, li))
 		}
@@ -261,14 +275,30 @@ func TestAPIServerDown(t *testing.T) {
 				t.Errorf("%s listener, phase %s (running backend): %s; want every lookup answered", li, phase, c)
 			}
 		}
-		at, ok := l.firstExternal("restart", li)
-		if !ok {
-			t.Errorf("%s listener: the restarted backend answered no external name within %v of its start", li, restartWindow)
-			continue
+		for _, phase := range []string{"restart", "nosnap"} {
+			at, ok := l.firstExternal(phase, li)
+			if phase == "nosnap" && li == "fallback" {
+				// No Node snapshot: the client's network is unknown
+				// until the Node watch lists, and it is REFUSED.
+				if c := l.count(phase, li); ok || c.rcodes["REFUSED"] == 0 {
+					t.Errorf("fallback listener restarted without snapshots: %s; want REFUSED (its client is allowed only by the Node set)", c)
+				}
+				continue
+			}
+			if !ok {
+				t.Errorf("%s listener, phase %s: the restarted backend answered no external name within %v of its start", li, phase, restartWindow)
+				continue
+			}
+			d := at.Sub(restarted[phase])
+			t.Logf("%s listener, phase %s: the restarted backend's first external answer %v after its start", li, phase, d.Round(time.Millisecond))
+			if d > 5*time.Second {
+				t.Errorf("%s listener, phase %s: external names answered %v after the start, want within 5s", li, phase, d.Round(time.Millisecond))
+			}
 		}
-		t.Logf("%s listener: restarted backend's first external answer %v after its start", li, at.Sub(restarted).Round(time.Millisecond))
-		if d := at.Sub(restarted); d > 5*time.Second {
-			t.Errorf("%s listener: the restarted backend answered external names %v after its start, want within 5s", li, d.Round(time.Millisecond))
+		// With the snapshots, every name is answered once the ports
+		// are open: what is lost is lost before.
+		if c := l.count("restart", li); c.failed != 0 {
+			t.Errorf("%s listener, restarted with snapshots: %s; want no failed lookup", li, c)
 		}
 	}
 	if c := l.count("back", "main"); c.lost != 0 {
