@@ -139,9 +139,6 @@ func scan(tokens []caddyfile.Token) (options, []caddyfile.Token, error) {
 
 // validate refuses combinations that would silently answer wrong.
 func (o options) validate() error {
-	if o.snapshotDir != "" && o.full() {
-		return fmt.Errorf(`%s needs the spec watch ("%s %s", without noendpoints): the kubernetes plugin's own controller keeps no snapshot`, snapshotProperty, property, WatchSpec)
-	}
 	if o.watch != WatchSpec {
 		return nil
 	}

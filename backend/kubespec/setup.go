@@ -55,6 +55,10 @@ func setup(c *caddy.Controller) error {
 		return err
 	}
 	if o.full() {
+		if o.snapshotDir != "" {
+			// One environment variable sets it for every watch mode.
+			log.Warningf("%s %s: ignored with %q or noendpoints: the kubernetes plugin's own controller serves, which keeps no snapshot", snapshotProperty, o.snapshotDir, property+" "+WatchAll)
+		}
 		return nil
 	}
 	if len(cfg.Plugin) != n+1 {
