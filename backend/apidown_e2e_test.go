@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +26,12 @@ import (
 // apiDownSecondsEnv sets how long TestAPIServerDown keeps the API server
 // down before the backend is restarted (default 10).
 const apiDownSecondsEnv = "NODEDNS_APIDOWN_SECONDS"
+
+// apiDownModeEnv sets how TestAPIServerDown takes the API server away:
+// "stop" (default) stops kube-apiserver, whose port then refuses;
+// "freeze" stops the process with SIGSTOP: connections are accepted by
+// the kernel and never answered, as behind a black hole.
+const apiDownModeEnv = "NODEDNS_APIDOWN_MODE"
 
 // hostAddr returns an IPv4 address of the machine's own, not loopback:
 // the API-server-down test's fallback listener is bound to it and its
@@ -177,6 +184,13 @@ func TestAPIServerDown(t *testing.T) {
 		}
 		down = time.Duration(n) * time.Second
 	}
+	mode := os.Getenv(apiDownModeEnv)
+	if mode == "" {
+		mode = "stop"
+	}
+	if mode != "stop" && mode != "freeze" {
+		t.Fatalf("%s=%q: want stop or freeze", apiDownModeEnv, mode)
+	}
 	tb := testbed.StartForTest(t, testbed.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -231,10 +245,18 @@ func TestAPIServerDown(t *testing.T) {
 
 	time.Sleep(3 * time.Second)
 	l.setPhase("down")
-	if err := tb.StopAPIServer(); err != nil {
+	var apiPID int
+	if mode == "freeze" {
+		apiPID = tb.APIServerPID()
+		if err := syscall.Kill(apiPID, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		// Before the testbed's own cleanup, which stops it.
+		t.Cleanup(func() { _ = syscall.Kill(apiPID, syscall.SIGCONT) })
+	} else if err := tb.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("API server stopped; load for %v", down)
+	t.Logf("API server down (%s); load for %v", mode, down)
 	time.Sleep(down)
 
 	// Restart the backend with the API server still down: with the
@@ -251,7 +273,11 @@ func TestAPIServerDown(t *testing.T) {
 	}
 
 	l.setPhase("back")
-	if err := tb.StartAPIServer(ctx); err != nil {
+	if mode == "freeze" {
+		if err := syscall.Kill(apiPID, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := tb.StartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
 	backAt := time.Now()
@@ -263,7 +289,7 @@ func TestAPIServerDown(t *testing.T) {
 	stopLoad()
 	<-loadDone
 
-	t.Logf("API server down for %v; lookups every 20ms to each listener, names: %d cluster, 3 NXDOMAIN search-path, 1 external", down, 2)
+	t.Logf("API server down (%s) for %v; lookups every 20ms to each listener, names: %d cluster, 3 NXDOMAIN search-path, 1 external", mode, down, 2)
 	for _, phase := range []string{"up", "down", "stopping", "restart", "nosnap", "back"} {
 		for _, li := range []string{"main", "fallback"} {
 			t.Logf("%-8s %-8s %s", phase, li, l.count(phase, li))

@@ -2,6 +2,7 @@ package kubespec
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/coredns/coredns/plugin/kubernetes/object"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // What a backend does with no API server (docs/fail-open.md):
@@ -21,8 +23,8 @@ import (
 //     are, the informers list again once the API server answers.
 //   - Starting, the kubernetes plugin holds the DNS ports closed until the
 //     watches sync or startup_timeout passes. A backend whose requests to
-//     the API server have all failed for unreachableAfter opens them at
-//     once instead: external names are answered, and cluster names from
+//     the API server (its watches' and a probe's) have all failed for
+//     unreachableAfter opens them at once instead: external names are answered, and cluster names from
 //     the snapshot, if there is one, else SERVFAIL (the plugin's answer
 //     while unsynced) until the watches sync.
 //
@@ -43,6 +45,10 @@ const (
 	// than the reflector's first retry, so that one failed request of a
 	// reachable API server does not open the ports unsynced.
 	unreachableAfter = 2 * time.Second
+	// probeTimeout bounds a starting backend's probe of the API server,
+	// sent every probeInterval until the watches sync.
+	probeTimeout  = 2 * time.Second
+	probeInterval = 500 * time.Millisecond
 	// snapshotInterval is how often a changed store is written.
 	snapshotInterval = 30 * time.Second
 	// maxSnapshotBytes bounds the snapshot file, read and written: a
@@ -188,12 +194,32 @@ func (c *Controller) load(s *snapshot) error {
 	return nil
 }
 
+// probe asks the API server for /version within probeTimeout and records
+// the outcome as of the request's start: an API server that accepts
+// connections and never answers (a black hole, a stopped process) fails
+// no watch request until the client's TLS handshake timeout (10 s), so
+// the probe's bound is what finds it. An answer of any status is a
+// reachable API server.
+func (c *Controller) probe() {
+	start := c.now()
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	err := c.client.core.Get().AbsPath("/version").Do(ctx).Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		err = nil
+	}
+	c.reach.result(err, start)
+}
+
 // startOffline waits, from Run, until the watches sync or the API server
 // is unreachable; then it serves the snapshot, if there is one, until
 // they sync.
 func (c *Controller) startOffline() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	probed := make(chan struct{}, 1)
+	probed <- struct{}{}
 	for {
 		select {
 		case <-c.stop:
@@ -205,6 +231,11 @@ func (c *Controller) startOffline() {
 		}
 		if c.reach.unreachable(c.now(), unreachableAfter) {
 			break
+		}
+		select {
+		case <-probed: // one probe at a time
+			go func() { c.probe(); time.Sleep(probeInterval); probed <- struct{}{} }()
+		default:
 		}
 	}
 	if c.snapshotDir == "" {
