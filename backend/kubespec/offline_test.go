@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"k8s.io/client-go/tools/cache"
 )
 
 // offlineController is a Controller with its stores and no informers.
@@ -118,5 +119,40 @@ func TestReach(t *testing.T) {
 	r.result(nil, t0.Add(2*time.Second))
 	if r.unreachable(t0.Add(10*time.Second), time.Second) {
 		t.Error("unreachable after a success")
+	}
+}
+
+// unsynced is an informer that never lists.
+type unsynced struct{ cache.Controller }
+
+func (unsynced) HasSynced() bool { return false }
+
+// TestHasSyncedOffline: an unsynced controller is "synced" for the
+// plugin's start-up wait once the API server is unreachable, not after
+// the servers started (the plugin then answers SERVFAIL for what it does
+// not know, and /ready says 503), and while it serves a snapshot.
+func TestHasSyncedOffline(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	c := offlineController()
+	c.now = func() time.Time { return now }
+	c.informers = []cache.Controller{unsynced{}}
+	if c.HasSynced() {
+		t.Fatal("synced before any request")
+	}
+	c.reach.result(os.ErrDeadlineExceeded, now.Add(-unreachableAfter/2))
+	if c.HasSynced() {
+		t.Errorf("synced %v after the first failure, want after %v", unreachableAfter/2, unreachableAfter)
+	}
+	now = now.Add(unreachableAfter)
+	if !c.HasSynced() {
+		t.Errorf("start-up still waits %v after the first failure", unreachableAfter)
+	}
+	c.Started()
+	if c.HasSynced() {
+		t.Errorf("synced after the start with neither watches nor snapshot")
+	}
+	c.offline.Store(true)
+	if !c.HasSynced() {
+		t.Errorf("not synced while serving the snapshot")
 	}
 }
