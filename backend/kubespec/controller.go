@@ -41,6 +41,7 @@ var errStopped = errors.New("controller already stopped")
 // controllerOptions configures a Controller.
 type controllerOptions struct {
 	snapshotDir       string          // the stores' snapshot (offline.go); "": none
+	dnsAddr           string          // the server block's DNS address (offline.go's peerServing)
 	selector          labels.Selector // Services, and ANDed into both slice watches; nil: all
 	namespaceSelector labels.Selector // Namespaces; nil: all
 	pods              bool            // watch Pods (pods verified)
@@ -73,6 +74,8 @@ type Controller struct {
 	// What the backend knows with no API server (offline.go).
 	reach       reach
 	started     atomic.Bool   // the servers have started: HasSynced no longer opens them
+	openEarly   atomic.Bool   // no API server and no other backend: open the ports unsynced
+	dnsAddr     string        // the server block's DNS address, host:port; "": not known
 	offline     atomic.Bool   // serving the snapshot until the watches sync
 	changes     atomic.Uint64 // events of every store, for the snapshot's writer
 	snapshotDir string
@@ -84,7 +87,7 @@ type Controller struct {
 
 // newController builds the informers; Run starts them.
 func newController(client *apiClient, o controllerOptions) (*Controller, error) {
-	c := &Controller{client: client, now: o.now, stop: make(chan struct{}), release: newReleaser(), snapshotDir: o.snapshotDir}
+	c := &Controller{client: client, now: o.now, stop: make(chan struct{}), release: newReleaser(), snapshotDir: o.snapshotDir, dnsAddr: o.dnsAddr}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -219,13 +222,14 @@ func (c *Controller) Run() {
 // snapshot is served in their place. The kubernetes plugin opens the DNS
 // ports once it is true (or after startup_timeout): until the servers
 // have started (Started), it is also true once the API server is known
-// unreachable, so that a backend starting with no API server answers
-// external names at once (offline.go).
+// unreachable and no other backend serves the DNS address, so that a
+// backend starting with no API server answers external names at once
+// (offline.go).
 func (c *Controller) HasSynced() bool {
 	if c.informersSynced() || c.offline.Load() {
 		return true
 	}
-	return !c.started.Load() && c.reach.unreachable(c.now(), unreachableAfter)
+	return !c.started.Load() && c.openEarly.Load()
 }
 
 // Started tells the controller that the servers have started: from now

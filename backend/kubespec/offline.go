@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -212,14 +213,34 @@ func (c *Controller) probe() {
 	c.reach.result(err, start)
 }
 
+// peerServing reports whether another process answers on the server
+// block's DNS address: the old backend of a surge rollout, which shares
+// the port (SO_REUSEPORT). This process binds it only after the start-up
+// wait, so whatever accepts the connection is another.
+func (c *Controller) peerServing() bool {
+	if c.dnsAddr == "" {
+		return false
+	}
+	conn, err := net.DialTimeout("tcp", c.dnsAddr, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
 // startOffline waits, from Run, until the watches sync or the API server
-// is unreachable; then it serves the snapshot, if there is one, until
-// they sync.
+// is unreachable with no other backend serving the DNS address; then it
+// opens the ports (openEarly) and serves the snapshot, if there is one,
+// until the watches sync. While another backend serves, a surge's new
+// backend waits as before: it would take a share of the queries it
+// cannot answer.
 func (c *Controller) startOffline() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	probed := make(chan struct{}, 1)
 	probed <- struct{}{}
+	peerLogged := false
 	for {
 		select {
 		case <-c.stop:
@@ -230,7 +251,13 @@ func (c *Controller) startOffline() {
 			return
 		}
 		if c.reach.unreachable(c.now(), unreachableAfter) {
-			break
+			if !c.peerServing() {
+				break
+			}
+			if !peerLogged {
+				log.Infof("no API server, and another backend answers on %s: waiting for the watches (startup_timeout)", c.dnsAddr)
+				peerLogged = true
+			}
 		}
 		select {
 		case <-probed: // one probe at a time
@@ -238,6 +265,7 @@ func (c *Controller) startOffline() {
 		default:
 		}
 	}
+	c.openEarly.Store(true)
 	if c.snapshotDir == "" {
 		log.Warningf("no API server for %v: answering without the cluster's names (SERVFAIL) until the watches sync; no snapshot directory is set", unreachableAfter)
 		return

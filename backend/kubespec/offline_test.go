@@ -1,6 +1,7 @@
 package kubespec
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,7 +129,8 @@ type unsynced struct{ cache.Controller }
 func (unsynced) HasSynced() bool { return false }
 
 // TestHasSyncedOffline: an unsynced controller is "synced" for the
-// plugin's start-up wait once the API server is unreachable, not after
+// plugin's start-up wait once startOffline found the API server
+// unreachable and no other backend serving, not after
 // the servers started (the plugin then answers SERVFAIL for what it does
 // not know, and /ready says 503), and while it serves a snapshot.
 func TestHasSyncedOffline(t *testing.T) {
@@ -144,8 +146,12 @@ func TestHasSyncedOffline(t *testing.T) {
 		t.Errorf("synced %v after the first failure, want after %v", unreachableAfter/2, unreachableAfter)
 	}
 	now = now.Add(unreachableAfter)
+	if c.HasSynced() {
+		t.Errorf("synced before startOffline decided")
+	}
+	c.openEarly.Store(true) // startOffline: unreachable, no other backend
 	if !c.HasSynced() {
-		t.Errorf("start-up still waits %v after the first failure", unreachableAfter)
+		t.Errorf("start-up still waits once the ports may open early")
 	}
 	c.Started()
 	if c.HasSynced() {
@@ -154,5 +160,27 @@ func TestHasSyncedOffline(t *testing.T) {
 	c.offline.Store(true)
 	if !c.HasSynced() {
 		t.Errorf("not synced while serving the snapshot")
+	}
+}
+
+// TestPeerServing: a surge's old backend on the DNS address keeps a
+// starting backend waiting; an unused address does not.
+func TestPeerServing(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := offlineController()
+	c.dnsAddr = l.Addr().String()
+	if !c.peerServing() {
+		t.Errorf("a listener on %s is not seen", c.dnsAddr)
+	}
+	l.Close()
+	if c.peerServing() {
+		t.Errorf("%s closed, still seen serving", c.dnsAddr)
+	}
+	c.dnsAddr = ""
+	if c.peerServing() {
+		t.Errorf("no address: seen serving")
 	}
 }

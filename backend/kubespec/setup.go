@@ -9,6 +9,7 @@ package kubespec
 
 import (
 	"fmt"
+	"net"
 	"os"
 
 	"github.com/coredns/caddy"
@@ -70,7 +71,7 @@ func setup(c *caddy.Controller) error {
 	if !ok {
 		return plugin.Error(Name, fmt.Errorf("the kubernetes plugin's handler is %T", cfg.Plugin[n](nil)))
 	}
-	ctl, err := controllerFor(k, o)
+	ctl, err := controllerFor(k, o, dnsAddr(cfg))
 	if err != nil {
 		return plugin.Error(Name, err)
 	}
@@ -85,7 +86,7 @@ func setup(c *caddy.Controller) error {
 }
 
 // controllerFor builds the spec-watch Controller for the parsed plugin k.
-func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
+func controllerFor(k *kubernetes.Kubernetes, o options, dnsAddr string) (*Controller, error) {
 	if o.snapshotDir != "" {
 		if err := os.MkdirAll(o.snapshotDir, 0o755); err != nil {
 			return nil, fmt.Errorf("%s: %w", snapshotProperty, err)
@@ -99,7 +100,7 @@ func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
-	co := controllerOptions{pods: o.podsVerified, zonal: o.zonal, snapshotDir: o.snapshotDir}
+	co := controllerOptions{pods: o.podsVerified, zonal: o.zonal, snapshotDir: o.snapshotDir, dnsAddr: dnsAddr}
 	if co.selector, err = selector(o.labels); err != nil {
 		return nil, fmt.Errorf("labels: %w", err)
 	}
@@ -107,6 +108,22 @@ func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
 		return nil, fmt.Errorf("namespace_labels: %w", err)
 	}
 	return newController(client, co)
+}
+
+// dnsAddr is the server block's first listen address (bind's, set up
+// before this plugin), host:port; loopback when it binds every address.
+func dnsAddr(cfg *dnsserver.Config) string {
+	if cfg.Port == "" {
+		return ""
+	}
+	host := ""
+	if len(cfg.ListenHosts) > 0 {
+		host = cfg.ListenHosts[0]
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, cfg.Port)
 }
 
 func selector(s string) (labels.Selector, error) {
