@@ -157,34 +157,47 @@ func readSnapshot(dir string) (*snapshot, error) {
 	return s, nil
 }
 
-// load puts s into the stores; s's slice stores must match c's.
+// load puts s into the stores; s's slice stores must match c's. A
+// snapshot with an object that has no name is refused before anything
+// is stored.
 func (c *Controller) load(s *snapshot) error {
 	if len(s.Slices) != len(c.slices) {
 		return fmt.Errorf("%d slice stores, want %d", len(s.Slices), len(c.slices))
 	}
+	type entry struct {
+		st  interface{ Add(any) error }
+		obj any
+	}
+	var all []entry
 	var errs []error
-	add := func(st interface{ Add(any) error }, obj any, ok bool) {
-		if !ok {
-			errs = append(errs, errors.New("a null object"))
+	check := func(st interface{ Add(any) error }, obj any, null bool, name string) {
+		if null || name == "" {
+			errs = append(errs, errors.New("an object without a name"))
 			return
 		}
-		if err := st.Add(obj); err != nil {
-			errs = append(errs, err)
-		}
+		all = append(all, entry{st, obj})
 	}
 	for _, o := range s.Services {
-		add(c.svcs, o, o != nil)
+		check(c.svcs, o, o == nil, nameOf(o == nil, func() string { return o.Name }))
 	}
 	for i, l := range s.Slices {
 		for _, o := range l {
-			add(c.slices[i], o, o != nil)
+			check(c.slices[i], o, o == nil, nameOf(o == nil, func() string { return o.Name }))
 		}
 	}
 	for _, o := range s.Namespaces {
-		add(c.nss, o, o != nil)
+		check(c.nss, o, o == nil, nameOf(o == nil, func() string { return o.Name }))
 	}
 	for _, o := range s.Pods {
-		add(c.pods, o, o != nil)
+		check(c.pods, o, o == nil, nameOf(o == nil, func() string { return o.Name }))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("corrupt: %w", errors.Join(errs...))
+	}
+	for _, e := range all {
+		if err := e.st.Add(e.obj); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("corrupt: %w", errors.Join(errs...))
@@ -229,6 +242,13 @@ func (c *Controller) peerServing() bool {
 	return true
 }
 
+func nameOf(null bool, name func() string) string {
+	if null {
+		return ""
+	}
+	return name()
+}
+
 // startOffline waits, from Run, until the watches sync or the API server
 // is unreachable with no other backend serving the DNS address; then it
 // opens the ports (openEarly) and serves the snapshot, if there is one,
@@ -265,7 +285,8 @@ func (c *Controller) startOffline() {
 		default:
 		}
 	}
-	c.openEarly.Store(true)
+	// The ports open once the snapshot is in the stores, or is not.
+	defer c.openEarly.Store(true)
 	if c.snapshotDir == "" {
 		log.Warningf("no API server for %v: answering without the cluster's names (SERVFAIL) until the watches sync; no snapshot directory is set", unreachableAfter)
 		return
@@ -288,6 +309,7 @@ func (c *Controller) startOffline() {
 		return
 	}
 	c.offline.Store(true)
+	c.openEarly.Store(true)
 	var eps int
 	for _, l := range s.Slices {
 		eps += len(l)

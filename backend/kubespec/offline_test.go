@@ -101,6 +101,14 @@ func TestSnapshotIgnored(t *testing.T) {
 	if err := c.load(&snapshot{Version: snapshotVersion, Slices: make([][]*object.Endpoints, 2), Services: []*object.Service{nil}}); err == nil {
 		t.Errorf("load of a null Service: no error")
 	}
+	// Nothing of a refused snapshot is stored.
+	if err := c.load(&snapshot{Version: snapshotVersion, Slices: make([][]*object.Endpoints, 2),
+		Services: []*object.Service{svc("a", "web", "1", "10.0.0.1")}, Namespaces: []*object.Namespace{{}}}); err == nil {
+		t.Errorf("load of a Namespace without a name: no error")
+	}
+	if got := c.ServiceList(); len(got) != 0 {
+		t.Errorf("a refused snapshot left %d Services in the store", len(got))
+	}
 }
 
 func TestReach(t *testing.T) {

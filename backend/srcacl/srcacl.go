@@ -130,7 +130,7 @@ func metricsServer(ctx context.Context) string { return metrics.WithServer(ctx) 
 
 // config is a parsed stanza.
 type config struct {
-	words      []string // local and prefixes, for srcpolicy
+	words       []string // local and prefixes, for srcpolicy
 	nodes       bool
 	kubeconfig  string
 	snapshotDir string // for nodes; "" (or "none" given): none
