@@ -47,7 +47,8 @@ const (
 	// reachable API server does not open the ports unsynced.
 	unreachableAfter = 2 * time.Second
 	// probeTimeout bounds a starting backend's probe of the API server,
-	// sent every probeInterval until the watches sync.
+	// sent every probeInterval until the watches sync or the servers
+	// start (at most startup_timeout).
 	probeTimeout  = 2 * time.Second
 	probeInterval = 500 * time.Millisecond
 	// snapshotInterval is how often a changed store is written.
@@ -278,6 +279,11 @@ func (c *Controller) startOffline() {
 				log.Infof("no API server, and another backend answers on %s: waiting for the watches (startup_timeout)", c.dnsAddr)
 				peerLogged = true
 			}
+		}
+		if c.started.Load() {
+			// The ports are open: only the watches' own requests
+			// count, no probe adds to the API server's load.
+			continue
 		}
 		select {
 		case <-probed: // one probe at a time
