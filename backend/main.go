@@ -41,6 +41,7 @@ var envDefaults = []struct{ name, value string }{
 	{"NODEDNS_CLUSTER_DOMAIN", "cluster.local"},
 	{"NODEDNS_UPSTREAM", "/etc/resolv.conf"}, // forward targets: a resolv.conf path or addresses
 	{"NODEDNS_ENDPOINTSLICES", "spec"},       // nodedns_kubernetes: spec (the DNS specification's slices) or all
+	{"NODEDNS_SNAPSHOT_DIR", "none"},         // nodedns_kubernetes and nodedns_acl: where their snapshots are kept; none: nowhere
 	// The HTTP listeners default to loopback, the narrowest address that
 	// works for a plain run; the chart sets the probe address and the node IP.
 	{"NODEDNS_HEALTH", "127.0.0.1:9155"},  // /health, with lameduck

@@ -199,7 +199,7 @@ func TestDefaultCorefile(t *testing.T) {
 		{"health", "health 127.0.0.1:9155 { lameduck 5s }"},
 		{"ready", "ready 127.0.0.1:8181"},
 		{"prometheus", "prometheus 127.0.0.1:9153"},
-		{"nodedns_kubernetes", "nodedns_kubernetes cluster.local in-addr.arpa ip6.arpa { endpointslices spec pods insecure fallthrough in-addr.arpa ip6.arpa ttl 30 startup_timeout 60s }"},
+		{"nodedns_kubernetes", "nodedns_kubernetes cluster.local in-addr.arpa ip6.arpa { endpointslices spec pods insecure fallthrough in-addr.arpa ip6.arpa ttl 30 startup_timeout 60s snapshot none }"},
 		{"forward", "forward . /etc/resolv.conf { max_concurrent 1000 prefer_udp }"},
 	} {
 		if got := text(0, c.dir); got != c.want {
@@ -209,7 +209,7 @@ func TestDefaultCorefile(t *testing.T) {
 	if got := text(1, "bind"); got != "bind 127.0.0.1" {
 		t.Errorf("fallback bind: %q, want the loopback default", got)
 	}
-	if got := text(1, "nodedns_acl"); got != "nodedns_acl local,nodes" {
+	if got := text(1, "nodedns_acl"); got != "nodedns_acl local,nodes { snapshot none }" {
 		t.Errorf("fallback nodedns_acl: %q, want local,nodes", got)
 	}
 	if got := text(1, "forward"); got != "forward . 127.0.0.1:5300" {

@@ -16,16 +16,19 @@ import (
 
 func (c *Controller) add(any) {
 	c.release.event()
+	c.changes.Add(1)
 	c.modified.Store(c.now().Unix())
 }
 
 func (c *Controller) delete(any) {
 	c.release.event()
+	c.changes.Add(1)
 	c.modified.Store(c.now().Unix())
 }
 
 func (c *Controller) update(oldObj, newObj any) {
 	c.release.event()
+	c.changes.Add(1)
 	if o, ok := oldObj.(metav1.Object); ok {
 		if n, ok := newObj.(metav1.Object); ok && o.GetResourceVersion() == n.GetResourceVersion() {
 			return

@@ -40,6 +40,8 @@ var errStopped = errors.New("controller already stopped")
 
 // controllerOptions configures a Controller.
 type controllerOptions struct {
+	snapshotDir       string          // the stores' snapshot (offline.go); "": none
+	dnsAddr           string          // the server block's DNS address (offline.go's peerServing)
 	selector          labels.Selector // Services, and ANDed into both slice watches; nil: all
 	namespaceSelector labels.Selector // Namespaces; nil: all
 	pods              bool            // watch Pods (pods verified)
@@ -69,6 +71,15 @@ type Controller struct {
 	slices    []*store[*object.Endpoints] // headless, unlabelled
 	informers []cache.Controller
 
+	// What the backend knows with no API server (offline.go).
+	reach       reach
+	started     atomic.Bool   // the servers have started: HasSynced no longer opens them
+	openEarly   atomic.Bool   // no API server and no other backend: open the ports unsynced
+	dnsAddr     string        // the server block's DNS address, host:port; "": not known
+	offline     atomic.Bool   // serving the snapshot until the watches sync
+	changes     atomic.Uint64 // events of every store, for the snapshot's writer
+	snapshotDir string
+
 	stopMu  sync.Mutex // guards stopped and the close of stop
 	stopped bool
 	stop    chan struct{}
@@ -76,7 +87,7 @@ type Controller struct {
 
 // newController builds the informers; Run starts them.
 func newController(client *apiClient, o controllerOptions) (*Controller, error) {
-	c := &Controller{client: client, now: o.now, stop: make(chan struct{}), release: newReleaser()}
+	c := &Controller{client: client, now: o.now, stop: make(chan struct{}), release: newReleaser(), snapshotDir: o.snapshotDir, dnsAddr: o.dnsAddr}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -118,7 +129,11 @@ func newController(client *apiClient, o controllerOptions) (*Controller, error) 
 	c.nss = newStore[*object.Namespace](nil)
 	nsCtl := newInformer(
 		c.listWatch(client.core, "namespaces", func(opts metav1.ListOptions) metav1.ListOptions { return withLabels(opts, o.namespaceSelector) }),
-		&corev1.Namespace{}, cache.ResourceEventHandlerFuncs{}, c.nss,
+		&corev1.Namespace{}, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.changes.Add(1) },
+			UpdateFunc: func(any, any) { c.changes.Add(1) },
+			DeleteFunc: func(any) { c.changes.Add(1) },
+		}, c.nss,
 		object.DefaultProcessor(object.ToNamespace, nil),
 	)
 	c.informers = append(c.informers, nsCtl)
@@ -157,7 +172,9 @@ func (c *Controller) listWatch(rc rest.Interface, resource string, opts func(met
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			c.release.listed()
 			o = opts(o)
-			return rc.Get().Resource(resource).VersionedParams(&o, c.client.params).Do(ctx).Get()
+			obj, err := rc.Get().Resource(resource).VersionedParams(&o, c.client.params).Do(ctx).Get()
+			c.reach.result(err, c.now())
+			return obj, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			if o.SendInitialEvents != nil && *o.SendInitialEvents {
@@ -165,7 +182,9 @@ func (c *Controller) listWatch(rc rest.Interface, resource string, opts func(met
 			}
 			o = opts(o)
 			o.Watch = true
-			return rc.Get().Resource(resource).VersionedParams(&o, c.client.params).Watch(ctx)
+			w, err := rc.Get().Resource(resource).VersionedParams(&o, c.client.params).Watch(ctx)
+			c.reach.result(err, c.now())
+			return w, err
 		},
 	}
 	return cache.ToListWatcherWithWatchListSemantics(lw, c.client)
@@ -192,11 +211,35 @@ func (c *Controller) Run() {
 		go inf.Run(c.stop)
 	}
 	go c.release.run(c.stop)
+	go c.startOffline()
+	if c.snapshotDir != "" {
+		go c.writeSnapshots()
+	}
 	<-c.stop
 }
 
-// HasSynced reports whether every informer has listed once.
+// HasSynced reports whether every informer has listed once, or the
+// snapshot is served in their place. The kubernetes plugin opens the DNS
+// ports once it is true (or after startup_timeout): until the servers
+// have started (Started), it is also true once the API server is known
+// unreachable and no other backend serves the DNS address, so that a
+// backend starting with no API server answers external names at once
+// (offline.go).
 func (c *Controller) HasSynced() bool {
+	if c.informersSynced() || c.offline.Load() {
+		return true
+	}
+	return !c.started.Load() && c.openEarly.Load()
+}
+
+// Started tells the controller that the servers have started: from now
+// on HasSynced is the watches' (or the snapshot's) alone, which is what
+// the plugin answers by (SERVFAIL for unknown names while false) and
+// what /ready reports.
+func (c *Controller) Started() { c.started.Store(true) }
+
+// informersSynced reports whether every informer has listed once.
+func (c *Controller) informersSynced() bool {
 	for _, inf := range c.informers {
 		if !inf.HasSynced() {
 			return false

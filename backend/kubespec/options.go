@@ -17,9 +17,16 @@ const (
 	WatchAll = "all"
 )
 
-// property is the one property nodedns_kubernetes adds to the kubernetes
-// plugin's stanza.
+// property is the property nodedns_kubernetes adds to the kubernetes
+// plugin's stanza for the EndpointSlice watch.
 const property = "endpointslices"
+
+// snapshotProperty names the directory of the store's snapshot
+// (snapshot.go), served by a backend that starts with no API server.
+const snapshotProperty = "snapshot"
+
+// SnapshotNone as the snapshot directory keeps no snapshot.
+const SnapshotNone = "none"
 
 // options are what the controller needs from a stanza. The kubernetes plugin
 // parses the same stanza (ParseStanza) into unexported fields, so the
@@ -40,6 +47,8 @@ type options struct {
 	apiQPS         string // apiserver_qps
 	apiBurst       string // apiserver_burst
 	apiMaxInflight string // apiserver_max_inflight
+
+	snapshotDir string // snapshot: directory of the store's snapshot; "" for none
 }
 
 // scan reads the options out of the tokens of one nodedns_kubernetes
@@ -52,8 +61,9 @@ func scan(tokens []caddyfile.Token) (options, []caddyfile.Token, error) {
 		file string
 		line int
 	}
-	var drop *line
+	drop := map[line]bool{} // the lines of nodedns_kubernetes's own properties
 	seen := 0
+	watchSeen, snapshotSeen := false, false
 	for d.Next() {
 		if seen++; seen > 1 {
 			return o, nil, errors.New("nodedns_kubernetes can only be used once per server block")
@@ -70,14 +80,24 @@ func scan(tokens []caddyfile.Token) (options, []caddyfile.Token, error) {
 			}
 			switch name {
 			case property:
-				if drop != nil {
+				if watchSeen {
 					return o, nil, fmt.Errorf("%s given twice", property)
 				}
 				if len(args) != 1 || (args[0] != WatchSpec && args[0] != WatchAll) {
 					return o, nil, fmt.Errorf("%s takes %q or %q, got %q", property, WatchSpec, WatchAll, args)
 				}
-				o.watch = args[0]
-				drop = &line{file, ln}
+				o.watch, watchSeen = args[0], true
+				drop[line{file, ln}] = true
+			case snapshotProperty:
+				if snapshotSeen {
+					return o, nil, fmt.Errorf("%s given twice", snapshotProperty)
+				}
+				if len(args) != 1 || args[0] == "" {
+					return o, nil, fmt.Errorf("%s takes one directory, got %q", snapshotProperty, args)
+				}
+				o.snapshotDir = args[0]
+				drop[line{file, ln}] = true
+				snapshotSeen = true
 			case "noendpoints":
 				o.noEndpoints = true
 			case "ignore":
@@ -101,12 +121,15 @@ func scan(tokens []caddyfile.Token) (options, []caddyfile.Token, error) {
 			}
 		}
 	}
-	if drop == nil {
+	if o.snapshotDir == SnapshotNone {
+		o.snapshotDir = ""
+	}
+	if len(drop) == 0 {
 		return o, tokens, nil
 	}
 	kept := make([]caddyfile.Token, 0, len(tokens))
 	for _, t := range tokens {
-		if t.File == drop.file && t.Line == drop.line && t.Text != "{" && t.Text != "}" {
+		if drop[line{t.File, t.Line}] && t.Text != "{" && t.Text != "}" {
 			continue
 		}
 		kept = append(kept, t)

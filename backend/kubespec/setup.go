@@ -9,6 +9,8 @@ package kubespec
 
 import (
 	"fmt"
+	"net"
+	"os"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/caddy/caddyfile"
@@ -54,6 +56,10 @@ func setup(c *caddy.Controller) error {
 		return err
 	}
 	if o.full() {
+		if o.snapshotDir != "" {
+			// One environment variable sets it for every watch mode.
+			log.Warningf("%s %s: ignored with %q or noendpoints: the kubernetes plugin's own controller serves, which keeps no snapshot", snapshotProperty, o.snapshotDir, property+" "+WatchAll)
+		}
 		return nil
 	}
 	if len(cfg.Plugin) != n+1 {
@@ -65,18 +71,27 @@ func setup(c *caddy.Controller) error {
 	if !ok {
 		return plugin.Error(Name, fmt.Errorf("the kubernetes plugin's handler is %T", cfg.Plugin[n](nil)))
 	}
-	ctl, err := controllerFor(k, o)
+	ctl, err := controllerFor(k, o, dnsAddr(cfg))
 	if err != nil {
 		return plugin.Error(Name, err)
 	}
 	// The plugin's start-up and shutdown hooks, and its handler, read
 	// APIConn when they run: all of them after setup.
 	k.APIConn = ctl
+	// Runs after the plugin's start-up hook (hooks run in the order
+	// added), which returns once HasSynced is true or startup_timeout
+	// has passed.
+	c.OnStartup(func() error { ctl.Started(); return nil })
 	return nil
 }
 
 // controllerFor builds the spec-watch Controller for the parsed plugin k.
-func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
+func controllerFor(k *kubernetes.Kubernetes, o options, dnsAddr string) (*Controller, error) {
+	if o.snapshotDir != "" {
+		if err := os.MkdirAll(o.snapshotDir, 0o755); err != nil {
+			return nil, fmt.Errorf("%s: %w", snapshotProperty, err)
+		}
+	}
 	rc, err := restConfig(k, o)
 	if err != nil {
 		return nil, err
@@ -85,7 +100,7 @@ func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
-	co := controllerOptions{pods: o.podsVerified, zonal: o.zonal}
+	co := controllerOptions{pods: o.podsVerified, zonal: o.zonal, snapshotDir: o.snapshotDir, dnsAddr: dnsAddr}
 	if co.selector, err = selector(o.labels); err != nil {
 		return nil, fmt.Errorf("labels: %w", err)
 	}
@@ -93,6 +108,22 @@ func controllerFor(k *kubernetes.Kubernetes, o options) (*Controller, error) {
 		return nil, fmt.Errorf("namespace_labels: %w", err)
 	}
 	return newController(client, co)
+}
+
+// dnsAddr is the server block's first listen address (bind's, set up
+// before this plugin), host:port; loopback when it binds every address.
+func dnsAddr(cfg *dnsserver.Config) string {
+	if cfg.Port == "" {
+		return ""
+	}
+	host := ""
+	if len(cfg.ListenHosts) > 0 {
+		host = cfg.ListenHosts[0]
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, cfg.Port)
 }
 
 func selector(s string) (labels.Selector, error) {

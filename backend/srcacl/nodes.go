@@ -3,6 +3,7 @@ package srcacl
 import (
 	"context"
 	"net/netip"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -94,6 +95,9 @@ type Nodes struct {
 	dirty  atomic.Bool
 	// onChange is told each rebuilt set's counts (the log and the gauge).
 	onChange func(nodes, podCIDRs, addrs int)
+	// snapshotDir keeps the set's snapshot (snapshot.go); "": none.
+	snapshotDir string
+	written     bool // a snapshot has been written by this process (rebuild's goroutine only)
 }
 
 // NewNodes returns a Nodes reading through client; Run starts it.
@@ -143,6 +147,7 @@ func (n *Nodes) Run(ctx context.Context, interval time.Duration) {
 		UpdateFunc: func(_, o any) { mark(o) },
 		DeleteFunc: mark,
 	})
+	n.loadSnapshot()
 	go inf.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return
@@ -172,8 +177,33 @@ func (n *Nodes) rebuild(store cache.Store) {
 		}
 	}
 	s := buildSet(nodes)
-	n.set.Store(s)
+	old := n.set.Swap(s)
 	if n.onChange != nil {
 		n.onChange(s.nodes, s.podCIDRs, len(s.addrs))
+	}
+	if n.snapshotDir != "" && (!n.written || !sameSet(old, s)) {
+		if err := writeSnapshot(n.snapshotDir, s, time.Now()); err != nil {
+			log.Warningf("%s: snapshot in %s: %v", NodesWord, n.snapshotDir, err)
+		}
+		n.written = true
+	}
+}
+
+// loadSnapshot serves the snapshot's networks until the first list of
+// Nodes replaces them: a backend starting with no API server answers the
+// pods of other nodes as the last list did, not REFUSED. A snapshot that
+// cannot be read is ignored, with a log line.
+func (n *Nodes) loadSnapshot() {
+	if n.snapshotDir == "" {
+		return
+	}
+	s, written, err := readSnapshot(n.snapshotDir)
+	switch {
+	case err != nil:
+		log.Warningf("%s: snapshot %s ignored: %v", NodesWord, filepath.Join(n.snapshotDir, SnapshotFile), err)
+	case s != nil:
+		n.set.CompareAndSwap(nil, s)
+		log.Infof("%s: until the first list of Nodes, the snapshot of %s: %d nodes, %d pod CIDRs, %d node addresses",
+			NodesWord, written.Format(time.RFC3339), s.nodes, s.podCIDRs, len(s.addrs))
 	}
 }

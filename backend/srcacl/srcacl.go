@@ -7,6 +7,7 @@
 //
 //	nodedns_acl [local] [nodes] [PREFIX...] {
 //	    kubeconfig PATH   # for nodes; default: the in-cluster ServiceAccount
+//	    snapshot DIR      # for nodes: keep the last list's networks in DIR; none: nowhere
 //	}
 //
 // local is the frontend's word: loopback, the node's own addresses and
@@ -17,7 +18,10 @@
 // ExternalIP addresses (other nodes' frontends and holders ask from
 // there). A PREFIX is answered as given. Loopback is always answered.
 // Everything else gets REFUSED and is counted in
-// nodedns_backend_denied_total.
+// nodedns_backend_denied_total. With snapshot, the networks of the last
+// list of Nodes are written to DIR when they change and served at start
+// until the first list: a backend restarted with no API server answers
+// the pods of other nodes as before (snapshot.go).
 package srcacl
 
 import (
@@ -26,6 +30,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -125,9 +130,10 @@ func metricsServer(ctx context.Context) string { return metrics.WithServer(ctx) 
 
 // config is a parsed stanza.
 type config struct {
-	words      []string // local and prefixes, for srcpolicy
-	nodes      bool
-	kubeconfig string
+	words       []string // local and prefixes, for srcpolicy
+	nodes       bool
+	kubeconfig  string
+	snapshotDir string // for nodes; "" (or "none" given): none
 }
 
 func parse(c *caddy.Controller) (config, error) {
@@ -153,6 +159,14 @@ func parse(c *caddy.Controller) (config, error) {
 					return cfg, c.ArgErr()
 				}
 				cfg.kubeconfig = args[0]
+			case "snapshot":
+				args := c.RemainingArgs()
+				if len(args) != 1 {
+					return cfg, c.ArgErr()
+				}
+				if args[0] != "none" {
+					cfg.snapshotDir = args[0]
+				}
 			default:
 				return cfg, c.Errf("unknown property %q", c.Val())
 			}
@@ -188,6 +202,12 @@ func setup(c *caddy.Controller) error {
 		default:
 			a.nodes = NewNodes(client)
 			a.nodes.onChange = logChange()
+			if cfg.snapshotDir != "" {
+				if err := os.MkdirAll(cfg.snapshotDir, 0o755); err != nil {
+					return plugin.Error(Name, fmt.Errorf("snapshot: %w", err))
+				}
+				a.nodes.snapshotDir = cfg.snapshotDir
+			}
 		}
 	}
 	var (

@@ -42,6 +42,9 @@ env:
   # nodedns_kubernetes: which EndpointSlices to watch.
   - name: NODEDNS_ENDPOINTSLICES
     value: {{ include "nodedns.endpointSlices" . | quote }}
+  # Where the watches' last synced state is kept (backend.snapshot).
+  - name: NODEDNS_SNAPSHOT_DIR
+    value: {{ if .Values.backend.snapshot.enabled }}/var/lib/nodedns-backend{{ else }}none{{ end }}
   # /health and /ready on this pod template's probe address: during a
   # surge the old pod's backend holds the same ports.
   - name: NODEDNS_HEALTH
@@ -125,6 +128,10 @@ volumeMounts:
   - name: kube-api-access
     mountPath: /var/run/secrets/kubernetes.io/serviceaccount
     readOnly: true
+  {{- if .Values.backend.snapshot.enabled }}
+  - name: backend-snapshot
+    mountPath: /var/lib/nodedns-backend
+  {{- end }}
   {{- with .Values.extraVolumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}

@@ -261,7 +261,7 @@ stubDomains.{{ $zone }} overlaps clusterDomain {{ $domain }}
 {{- end -}}
 {{- $port := printf "%v" .Values.backend.port -}}
 {{- $safe := list "bind" "nodedns_client" "errors" "health" "ready" "prometheus" "nodedns_kubernetes" "kubernetes" "forward" "cache" "loop" "reload" "loadbalance" "log" "debug" "acl" -}}
-{{- $options := list "endpointslices" "pods" "ttl" "startup_timeout" "kubeconfig" "endpoint" "tls" "namespaces" "namespace_labels" "labels" "noendpoints" "endpoint_pod_names" "ignore" "fallthrough" -}}
+{{- $options := list "endpointslices" "pods" "ttl" "startup_timeout" "kubeconfig" "endpoint" "tls" "namespaces" "namespace_labels" "labels" "noendpoints" "endpoint_pod_names" "ignore" "fallthrough" "snapshot" -}}
 {{- range $i, $s := .Values.servers -}}
 {{- $frontendBlock := false -}}
 {{- range ($s.zones | default (list (dict "zone" "."))) -}}

@@ -1,0 +1,194 @@
+package kubespec
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"k8s.io/client-go/tools/cache"
+)
+
+// offlineController is a Controller with its stores and no informers.
+func offlineController() *Controller {
+	c := &Controller{now: func() time.Time { return time.Unix(1700000000, 0) }, stop: make(chan struct{})}
+	c.svcs = newStore(map[string]func(*object.Service) []string{svcIPIndex: serviceIPs, svcExtIPIndex: serviceExternalIPs})
+	for range 2 {
+		c.slices = append(c.slices, newStore(map[string]func(*object.Endpoints) []string{epKeyIndex: endpointsKey, epIPIndex: endpointsIPs}))
+	}
+	c.nss = newStore[*object.Namespace](nil)
+	c.pods = newStore(map[string]func(*object.Pod) []string{podIPIndex: podIPs})
+	return c
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	a := offlineController()
+	for _, o := range []*object.Service{svc("a", "web", "1", "10.0.0.1", "fd00::1"), svc("b", "db", "2", "10.0.0.2")} {
+		if err := a.svcs.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &object.Endpoints{Name: "db-x", Namespace: "b", Index: object.EndpointsKey("db", "b"), IndexIP: []string{"10.2.0.1"},
+		Subsets: []object.EndpointSubset{{Addresses: []object.EndpointAddress{{IP: "10.2.0.1", Hostname: "db-0"}}}}}
+	if err := a.slices[0].Add(e); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.nss.Add(&object.Namespace{Name: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.writeSnapshot(dir); err != nil {
+		t.Fatal(err)
+	}
+	s, err := readSnapshot(dir)
+	if err != nil || s == nil {
+		t.Fatalf("readSnapshot: %v, %v", s, err)
+	}
+	b := offlineController()
+	if err := b.load(s); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.SvcIndex("web.a"); len(got) != 1 || strings.Join(got[0].ClusterIPs, ",") != "10.0.0.1,fd00::1" {
+		t.Errorf("SvcIndex(web.a) after load: %v", got)
+	}
+	if got := b.SvcIndexReverse("10.0.0.2"); len(got) != 1 || got[0].Name != "db" {
+		t.Errorf("SvcIndexReverse(10.0.0.2) after load: %v", got)
+	}
+	if got := b.EpIndex(object.EndpointsKey("db", "b")); len(got) != 1 || got[0].Subsets[0].Addresses[0].Hostname != "db-0" {
+		t.Errorf("EpIndex(db.b) after load: %v", got)
+	}
+	if _, err := b.GetNamespaceByName("b"); err != nil {
+		t.Errorf("namespace after load: %v", err)
+	}
+	if b.Modified(0) == 0 {
+		t.Errorf("load left the SOA serial at 0")
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, SnapshotFile+".*")); len(m) != 0 {
+		t.Errorf("temporary files left: %v", m)
+	}
+}
+
+// TestSnapshotIgnored: a file that is not a whole snapshot of this
+// format is an error (logged and ignored by the caller), a missing one is
+// none.
+func TestSnapshotIgnored(t *testing.T) {
+	dir := t.TempDir()
+	if s, err := readSnapshot(dir); s != nil || err != nil {
+		t.Fatalf("no file: %v, %v; want nil, nil", s, err)
+	}
+	for name, content := range map[string]string{
+		"truncated":     `{"version":1,"services":[{"Name":"web"`,
+		"other version": `{"version":2,"services":[]}`,
+		"no version":    `{"services":[]}`,
+		"unknown field": `{"version":1,"nodes":[]}`,
+		"not JSON":      "\x00\x01garbage",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, SnapshotFile), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if s, err := readSnapshot(dir); err == nil {
+			t.Errorf("%s: read %+v, want an error", name, s)
+		}
+	}
+	// A snapshot of another slice layout is refused as a whole.
+	c := offlineController()
+	if err := c.load(&snapshot{Version: snapshotVersion, Slices: make([][]*object.Endpoints, 1)}); err == nil {
+		t.Errorf("load of 1 slice store into 2: no error")
+	}
+	if err := c.load(&snapshot{Version: snapshotVersion, Slices: make([][]*object.Endpoints, 2), Services: []*object.Service{nil}}); err == nil {
+		t.Errorf("load of a null Service: no error")
+	}
+	// Nothing of a refused snapshot is stored.
+	if err := c.load(&snapshot{Version: snapshotVersion, Slices: make([][]*object.Endpoints, 2),
+		Services: []*object.Service{svc("a", "web", "1", "10.0.0.1")}, Namespaces: []*object.Namespace{{}}}); err == nil {
+		t.Errorf("load of a Namespace without a name: no error")
+	}
+	if got := c.ServiceList(); len(got) != 0 {
+		t.Errorf("a refused snapshot left %d Services in the store", len(got))
+	}
+}
+
+func TestReach(t *testing.T) {
+	var r reach
+	t0 := time.Unix(1700000000, 0)
+	if r.unreachable(t0, time.Second) {
+		t.Fatal("unreachable before any request")
+	}
+	r.result(os.ErrDeadlineExceeded, t0)
+	r.result(os.ErrDeadlineExceeded, t0.Add(500*time.Millisecond))
+	if r.unreachable(t0.Add(900*time.Millisecond), time.Second) {
+		t.Error("unreachable 0.9s after the first failure, want after 1s")
+	}
+	if !r.unreachable(t0.Add(time.Second), time.Second) {
+		t.Error("reachable 1s after the first failure with no success")
+	}
+	r.result(nil, t0.Add(2*time.Second))
+	if r.unreachable(t0.Add(10*time.Second), time.Second) {
+		t.Error("unreachable after a success")
+	}
+}
+
+// unsynced is an informer that never lists.
+type unsynced struct{ cache.Controller }
+
+func (unsynced) HasSynced() bool { return false }
+
+// TestHasSyncedOffline: an unsynced controller is "synced" for the
+// plugin's start-up wait once startOffline found the API server
+// unreachable and no other backend serving, not after
+// the servers started (the plugin then answers SERVFAIL for what it does
+// not know, and /ready says 503), and while it serves a snapshot.
+func TestHasSyncedOffline(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	c := offlineController()
+	c.now = func() time.Time { return now }
+	c.informers = []cache.Controller{unsynced{}}
+	if c.HasSynced() {
+		t.Fatal("synced before any request")
+	}
+	c.reach.result(os.ErrDeadlineExceeded, now.Add(-unreachableAfter/2))
+	if c.HasSynced() {
+		t.Errorf("synced %v after the first failure, want after %v", unreachableAfter/2, unreachableAfter)
+	}
+	now = now.Add(unreachableAfter)
+	if c.HasSynced() {
+		t.Errorf("synced before startOffline decided")
+	}
+	c.openEarly.Store(true) // startOffline: unreachable, no other backend
+	if !c.HasSynced() {
+		t.Errorf("start-up still waits once the ports may open early")
+	}
+	c.Started()
+	if c.HasSynced() {
+		t.Errorf("synced after the start with neither watches nor snapshot")
+	}
+	c.offline.Store(true)
+	if !c.HasSynced() {
+		t.Errorf("not synced while serving the snapshot")
+	}
+}
+
+// TestPeerServing: a surge's old backend on the DNS address keeps a
+// starting backend waiting; an unused address does not.
+func TestPeerServing(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := offlineController()
+	c.dnsAddr = l.Addr().String()
+	if !c.peerServing() {
+		t.Errorf("a listener on %s is not seen", c.dnsAddr)
+	}
+	l.Close()
+	if c.peerServing() {
+		t.Errorf("%s closed, still seen serving", c.dnsAddr)
+	}
+	c.dnsAddr = ""
+	if c.peerServing() {
+		t.Errorf("no address: seen serving")
+	}
+}
