@@ -94,11 +94,19 @@ type lcCell struct {
 // "" when it may not. Each entry is a measured cause that nodedns cannot
 // remove, with its bound (docs/real-nodes.md, "Lifecycle matrix").
 func lcLoss(row, mode, group string) (string, int) {
-	// ds-deleted has none: the handoff keeps one CoreDNS replica
+	// ds-deleted: the handoff keeps one CoreDNS replica
 	// (coreDNS.keepReplicas), which answers kube-dns, and through it the
-	// release table, while no nodedns pod runs. Iptables, 2026-12-07: 0
-	// failed and 0 lost of 6,796 and 6,781; with CoreDNS scaled to 0
-	// (link-local) 3,067 and 2,841 were lost in 22 and 20 s.
+	// release table, while no nodedns pod runs: iptables mode, 2026-12-07,
+	// 0 lost of 6,796 and 6,781 (with CoreDNS at 0, link-local: 3,067 and
+	// 2,841 lost in 22 and 20 s). In link-local mode kube-dns's endpoints
+	// are also the nodes' backends, which go with the pods: kube-proxy
+	// sends ClusterIP queries to them until it drops them, the open loss
+	// of link-local mode's endpoint changes (the uninstall row's too).
+	// Link-local, 2026-12-07: 57 lost in 3 s of 7,472, the local-address
+	// clients 0 of 7,463; the bound is 3 s of both nodes' clients.
+	if row == "ds-deleted" && mode == "link-local" && group == lcClusterIP {
+		return "kube-proxy sends ClusterIP queries to the nodes' backends, gone with the pods, until it drops them from kube-dns's endpoints (link-local mode)", 3 * 2 * clientRate
+	}
 	return "", 0
 }
 
