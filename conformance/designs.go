@@ -61,7 +61,8 @@ func (c *Cluster) Setup(ctx context.Context, design string) (undo func(context.C
 
 // installNodedns runs `helm install nodedns -n kube-system --set mode=MODE`
 // beside kube-dns (service.create=false: the chart serves behind kubeadm's
-// Service, its hook scales CoreDNS to 0), waits for every node to be
+// Service, its hook scales CoreDNS to 0: keepReplicas 0, so that the specs
+// see nodedns's answers only), waits for every node to be
 // served and CoreDNS's pods to be gone, and then, when clusterDNS gives a
 // node's new nameserver, sets kubelet's clusterDNS on each node as
 // docs/modes.md says. Undo goes back in the reverse order.
@@ -164,7 +165,9 @@ func chartValues(frontend testbed.Archive, mode string) map[string]any {
 		// No autoscaler or reconciler here: the hook's watch for CoreDNS
 		// coming back (30 s by default, TestHelmInstallReplacesCoreDNS
 		// keeps it) only lengthens the run.
-		"coreDNS": map[string]any{"settleSeconds": 5},
+		// keepReplicas 0: no CoreDNS replica answers a share of kube-dns
+		// beside the design under test.
+		"coreDNS": map[string]any{"settleSeconds": 5, "keepReplicas": 0},
 		"image": map[string]any{
 			"frontend":   map[string]any{"repository": images.DefaultRegistry + "/" + images.FrontendName},
 			"backend":    map[string]any{"repository": images.DefaultRegistry + "/" + images.BackendName},

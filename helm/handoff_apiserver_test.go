@@ -152,7 +152,7 @@ func TestHandoffAsChartRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	sa := kubernetes.NewForConfigOrDie(saCfg)
-	h := &handoff.Handoff{Client: sa, Namespace: ns, Deployment: "coredns", DaemonSet: "nodedns", Service: "kube-dns", Replicas: 5,
+	h := &handoff.Handoff{Client: sa, Namespace: ns, Deployment: "coredns", DaemonSet: "nodedns", Service: "kube-dns", Replicas: 5, Keep: 1,
 		Poll: 100 * time.Millisecond, Settle: 500 * time.Millisecond, Converge: 10 * time.Second, Logf: t.Logf}
 	replicas := func() (int32, string) {
 		t.Helper()
@@ -173,15 +173,15 @@ func TestHandoffAsChartRole(t *testing.T) {
 	if n, a := replicas(); n != 2 || a != "" {
 		t.Errorf("after a failed scale-down: %d replicas, annotation %q; want 2 and none", n, a)
 	}
-	// Every pod ready: scaled to 0, 2 recorded.
+	// Every pod ready: scaled to the 1 kept, 2 recorded.
 	setReady(pods[1], true)
 	if err := h.ScaleDown(ctx); err != nil {
 		t.Fatalf("scale-down: %v", err)
 	}
-	if n, a := replicas(); n != 0 || a != "2" {
-		t.Errorf("after scale-down: %d replicas, annotation %q; want 0 and 2", n, a)
+	if n, a := replicas(); n != 1 || a != "2" {
+		t.Errorf("after scale-down: %d replicas, annotation %q; want 1 and 2", n, a)
 	}
-	setDeploymentStatus(0)
+	setDeploymentStatus(1)
 
 	// Restore returns only once the controller reports the replicas
 	// available.

@@ -68,8 +68,11 @@ func TestHandoffHooks(t *testing.T) {
 				t.Errorf("%s: args %q have %s by default", hook, c.Args, a)
 			}
 		}
-		if verb == "scale-down" && (!slices.Contains(c.Args, "--pod-ports=53") || !slices.Contains(c.Args, "--settle=30s")) {
-			t.Errorf("%s: args %q lack --pod-ports=53 (the fallback port in iptables mode) or --settle=30s", hook, c.Args)
+		if verb == "scale-down" && (!slices.Contains(c.Args, "--pod-ports=53") || !slices.Contains(c.Args, "--settle=30s") || !slices.Contains(c.Args, "--keep-replicas=1")) {
+			t.Errorf("%s: args %q lack --pod-ports=53 (the fallback port in iptables mode), --settle=30s or --keep-replicas=1 (one CoreDNS replica kept)", hook, c.Args)
+		}
+		if verb == "restore" && slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--keep-replicas") }) {
+			t.Errorf("%s: args %q have --keep-replicas, a flag of scale-down", hook, c.Args)
 		}
 		// A refusal (exit 3) fails the Job at once: the uninstall stops
 		// without three runs' back-off.
@@ -122,10 +125,10 @@ func TestHandoffHooks(t *testing.T) {
 
 	// The operator's values reach the flags: another Service, the ports
 	// of node-ip mode, the two opt-ins (each on its verb only).
-	r, _, _ = render(t, "mode: node-ip\nservice: {name: rke2-coredns-rke2-coredns, clusterIP: 10.43.0.10}\nfallback: {clusterIP: 10.43.0.11}\ncoreDNS: {overrideReconciler: true, allowUninstallWithoutDNS: true}")
+	r, _, _ = render(t, "mode: node-ip\nservice: {name: rke2-coredns-rke2-coredns, clusterIP: 10.43.0.10}\nfallback: {clusterIP: 10.43.0.11}\ncoreDNS: {overrideReconciler: true, allowUninstallWithoutDNS: true, keepReplicas: 0}")
 	jobs = handoffJobs(t, r)
 	for hook, wantArgs := range map[string][]string{
-		"post-install,post-upgrade": {"--service=rke2-coredns-rke2-coredns", "--pod-ports=5301,53", "--override-reconciler"},
+		"post-install,post-upgrade": {"--service=rke2-coredns-rke2-coredns", "--pod-ports=5301,53", "--override-reconciler", "--keep-replicas=0"},
 		"pre-delete":                {"--service=rke2-coredns-rke2-coredns", "--allow-no-dns"},
 	} {
 		j := jobs[hook]

@@ -31,8 +31,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// ReplicasAnnotation is set on the Deployment when it is scaled to 0: the
-// replicas Restore gives it back.
+// ReplicasAnnotation is set on the Deployment when it is scaled down (to
+// Keep replicas): the replicas Restore gives it back.
 const ReplicasAnnotation = "nodedns.io/coredns-replicas"
 
 // StatusAnnotation is set on the Deployment when ScaleDown leaves it
@@ -46,7 +46,7 @@ const StatusAnnotation = "nodedns.io/handoff"
 const DefaultPoll = 2 * time.Second
 
 // DefaultSettle is how long ScaleDown watches the Deployment after scaling
-// it to 0 for something scaling it back: a cluster-proportional-autoscaler
+// it down for something scaling it back up: a cluster-proportional-autoscaler
 // polls every 10 s by default, an add-on manager every minute at most.
 const DefaultSettle = 30 * time.Second
 
@@ -76,6 +76,11 @@ type Handoff struct {
 	// Replicas is what Restore scales a Deployment at 0 to when it carries
 	// no ReplicasAnnotation.
 	Replicas int32
+	// Keep is how many replicas ScaleDown leaves the Deployment (never
+	// more than it has): the path of last resort when every nodedns pod is
+	// gone without the hooks (docs/fail-open.md). 0 removes CoreDNS.
+	// Replicas above Keep after the scale-down are someone else's.
+	Keep int32
 	// Poll is the waits' period; 0 means DefaultPoll.
 	Poll time.Duration
 	// Settle is how long after its scale-down the Deployment is watched
@@ -96,9 +101,9 @@ type Handoff struct {
 	Logf func(format string, args ...any)
 }
 
-// ScaleDown removes the CoreDNS Deployment (scales it to 0, recording its
-// replicas in ReplicasAnnotation in the same write) only when that is
-// safe, and otherwise returns a *Coexist saying why, leaving it serving
+// ScaleDown scales the CoreDNS Deployment down to Keep replicas,
+// recording its replicas in ReplicasAnnotation in the same write, only
+// when that is safe, and otherwise returns a *Coexist saying why, leaving it serving
 // beside nodedns. Safe means, in this order:
 //   - nothing else sets its replicas: no autoscaler targets it, no
 //     reconciler marks it, and nodedns did not scale it down before only
@@ -109,15 +114,18 @@ type Handoff struct {
 //     its EndpointSlices list a ready nodedns pod on every such node.
 //
 // After the scale-down it waits (Converge) until the Service's ready
-// endpoints are nodedns pods only, still on every node, and scales the
-// Deployment back to what it had if they are not. Then it watches the
-// Deployment until Settle has passed since the scale-down: replicas that
-// come back belong to someone else, and are left as they are.
+// endpoints are nodedns pods, still on every node, and at most Keep others
+// (the kept replicas), and scales the Deployment back to what it had if
+// they are not. Then it watches the Deployment until Settle has passed
+// since the scale-down: replicas above Keep that come back belong to
+// someone else, and are left as they are.
 //
-// A Deployment that does not exist is left as it is at once. One at 0
-// already (an upgrade) is scaled back when the DaemonSet no longer has a
-// pod on every schedulable Linux node (keepCoverage), else left as it is,
-// without waiting for the rollout. The reason for a Coexist is also
+// A Deployment that does not exist is left as it is at once, and so is one
+// at or below Keep replicas that nodedns did not scale down. One nodedns
+// scaled down already (an upgrade: ReplicasAnnotation, at most Keep
+// replicas) is scaled back when the DaemonSet no longer has a pod on every
+// schedulable Linux node (keepCoverage), else raised to Keep if it is
+// below (an earlier release kept fewer), without waiting for the rollout. The reason for a Coexist is also
 // recorded in StatusAnnotation on the Deployment.
 func (h *Handoff) ScaleDown(ctx context.Context) error {
 	err := h.scaleDown(ctx)
@@ -141,23 +149,24 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 		h.Logf("no Deployment %s/%s: nothing to hand off", h.Namespace, h.Deployment)
 		return nil
 	}
-	// At 0 already (an upgrade after the install): no rollout to wait
-	// for (one of many nodes, one at a time, may take longer than a
-	// hook), but an upgrade that leaves nodes out needs CoreDNS back.
-	if specReplicas(d) == 0 {
+	// At or below Keep already (an upgrade after the install): no rollout
+	// to wait for (one of many nodes, one at a time, may take longer than
+	// a hook), but an upgrade that leaves nodes out needs CoreDNS back.
+	if specReplicas(d) <= h.Keep {
 		if rec, ok := d.Annotations[ReplicasAnnotation]; ok {
 			if err := h.keepCoverage(ctx, d, rec); err != nil {
 				return err
 			}
+			return h.raiseToKeep(ctx, d, rec)
 		}
-		h.Logf("Deployment %s/%s is at 0 replicas already (%s=%q): nothing to scale down", h.Namespace, h.Deployment, ReplicasAnnotation, d.Annotations[ReplicasAnnotation])
+		h.Logf("Deployment %s/%s is at %d replicas already, at most the %d kept (%s=%q): nothing to scale down", h.Namespace, h.Deployment, specReplicas(d), h.Keep, ReplicasAnnotation, d.Annotations[ReplicasAnnotation])
 		return nil
 	}
-	// Scaled to 0 by an earlier run and running again: something, or
+	// Scaled down by an earlier run and running more again: something, or
 	// someone, owns its replicas. Doing it again would be a fight.
 	if rec, ok := d.Annotations[ReplicasAnnotation]; ok {
-		return coexist("Deployment %s/%s was scaled to 0 by nodedns before (%s=%s) and runs %d replicas again: something owns its replicas (an autoscaler, an add-on manager, GitOps, a person). "+
-			"Once it no longer does, remove the annotation and run helm upgrade to hand off again", h.Namespace, h.Deployment, ReplicasAnnotation, rec, specReplicas(d))
+		return coexist("Deployment %s/%s was scaled down by nodedns before (%s=%s) and runs %d replicas again, more than the %d it keeps: something owns its replicas (an autoscaler, an add-on manager, GitOps, a person). "+
+			"Once it no longer does, remove the annotation and run helm upgrade to hand off again", h.Namespace, h.Deployment, ReplicasAnnotation, rec, specReplicas(d), h.Keep)
 	}
 	if reason, err := h.owner(ctx, d); err != nil || reason != "" {
 		if err != nil {
@@ -207,22 +216,23 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 		return err
 	}
 	replicas := specReplicas(d)
-	if replicas == 0 {
-		h.Logf("Deployment %s/%s is at 0 replicas already (%s=%q): nothing to scale down", h.Namespace, h.Deployment, ReplicasAnnotation, d.Annotations[ReplicasAnnotation])
+	if replicas <= h.Keep {
+		h.Logf("Deployment %s/%s is at %d replicas already, at most the %d kept (%s=%q): nothing to scale down", h.Namespace, h.Deployment, replicas, h.Keep, ReplicasAnnotation, d.Annotations[ReplicasAnnotation])
 		return nil
 	}
 	patch := map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: strconv.Itoa(int(replicas)), StatusAnnotation: nil}},
-		"spec":     map[string]any{"replicas": 0},
+		"spec":     map[string]any{"replicas": h.Keep},
 	}
 	if err := h.patch(ctx, patch); err != nil {
 		return err
 	}
 	scaled := time.Now()
-	h.Logf("Deployment %s/%s scaled from %d to 0 replicas (%s=%d); waiting until Service %s/%s's ready endpoints are nodedns pods only", h.Namespace, h.Deployment, replicas, ReplicasAnnotation, replicas, h.Namespace, h.Service)
+	h.Logf("Deployment %s/%s scaled from %d to %d replicas (%s=%d); waiting until Service %s/%s's ready endpoints are nodedns pods and at most %d others", h.Namespace, h.Deployment, replicas, h.Keep, ReplicasAnnotation, replicas, h.Namespace, h.Service, h.Keep)
 
-	// After: the CoreDNS pods leave the endpoints, the nodedns ones stay.
-	// Replicas coming back meanwhile are someone else's, not a failure.
+	// After: the CoreDNS pods beyond Keep leave the endpoints, the nodedns
+	// ones stay. Replicas coming back meanwhile are someone else's, not a
+	// failure.
 	back := int32(0)
 	err = h.waitBounded(ctx, func() (bool, error) {
 		d, err := h.deployment(ctx)
@@ -230,7 +240,7 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 			return false, err
 		}
 		if d != nil {
-			if back = specReplicas(d); back > 0 {
+			if back = specReplicas(d); back > h.Keep {
 				return true, nil
 			}
 		}
@@ -238,9 +248,9 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 			return false, err
 		}
 		eps, err = h.readEndpoints(ctx, svc, pods)
-		return err == nil && len(eps.missing(nodes)) == 0 && len(eps.others) == 0, err
+		return err == nil && len(eps.missing(nodes)) == 0 && len(eps.others) <= int(h.Keep), err
 	})
-	if back > 0 {
+	if back > h.Keep {
 		return h.cameBack(back, scaled)
 	}
 	// Not converged within the bound, or the hook's own time ran out:
@@ -251,8 +261,8 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 			if m := eps.missing(nodes); len(m) > 0 {
 				why = append(why, "no ready nodedns endpoint on "+named(m))
 			}
-			if len(eps.others) > 0 {
-				why = append(why, "ready endpoints that are not nodedns pods: "+named(eps.others))
+			if len(eps.others) > int(h.Keep) {
+				why = append(why, fmt.Sprintf("ready endpoints that are not nodedns pods (%d, more than the %d kept): %s", len(eps.others), h.Keep, named(eps.others)))
 			}
 		}
 		if !errors.Is(err, errBound) {
@@ -281,7 +291,7 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h.Logf("Service %s/%s: ready endpoints are nodedns pods only, on all %d nodes; watching Deployment %s/%s until %s after the scale-down", h.Namespace, h.Service, len(nodes), h.Namespace, h.Deployment, h.settle())
+	h.Logf("Service %s/%s: ready endpoints are nodedns pods on all %d nodes and %d others (at most the %d kept); watching Deployment %s/%s until %s after the scale-down", h.Namespace, h.Service, len(nodes), len(eps.others), h.Keep, h.Namespace, h.Deployment, h.settle())
 
 	// Settle: an autoscaler or reconciler this did not recognise shows
 	// itself by scaling the Deployment back up.
@@ -291,15 +301,15 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 			return d == nil, err
 		}
 		back = specReplicas(d)
-		return back > 0 || time.Since(scaled) >= h.settle(), nil
+		return back > h.Keep || time.Since(scaled) >= h.settle(), nil
 	})
 	if err != nil {
 		return err
 	}
-	if back > 0 {
+	if back > h.Keep {
 		return h.cameBack(back, scaled)
 	}
-	h.Logf("Deployment %s/%s stayed at 0 for %s: nodedns serves every node", h.Namespace, h.Deployment, h.settle())
+	h.Logf("Deployment %s/%s stayed at %d for %s: nodedns serves every node", h.Namespace, h.Deployment, h.Keep, h.settle())
 	return nil
 }
 
@@ -307,12 +317,12 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 // the scale-down. The annotation stays: the next upgrade sees it and does
 // not scale the Deployment down again.
 func (h *Handoff) cameBack(replicas int32, scaled time.Time) error {
-	return coexist("Deployment %s/%s is back at %d replicas %s after nodedns scaled it to 0: something owns its replicas (an autoscaler, an add-on manager, GitOps, a person), and nodedns does not scale it down again. "+
+	return coexist("Deployment %s/%s is back at %d replicas %s after nodedns scaled it to %d: something owns its replicas (an autoscaler, an add-on manager, GitOps, a person), and nodedns does not scale it down again. "+
 		"Once it no longer does, remove the annotation %s and run helm upgrade to hand off again",
-		h.Namespace, h.Deployment, replicas, time.Since(scaled).Round(time.Second), ReplicasAnnotation)
+		h.Namespace, h.Deployment, replicas, time.Since(scaled).Round(time.Second), h.Keep, ReplicasAnnotation)
 }
 
-// keepCoverage, for a Deployment nodedns scaled to 0 (rec replicas
+// keepCoverage, for a Deployment nodedns scaled down (rec replicas
 // recorded), scales it back when the DaemonSet no longer has a pod, ready
 // or not, on some schedulable Linux node: an upgrade's nodeSelector,
 // affinity or tolerations left it out. Nodes whose pod is still starting
@@ -369,6 +379,26 @@ func (h *Handoff) keepCoverage(ctx context.Context, d *appsv1.Deployment, rec st
 		h.Namespace, h.DaemonSet, len(out), len(nodes), named(out), h.Namespace, h.Deployment, n)
 }
 
+// raiseToKeep, for a Deployment nodedns scaled down (rec replicas
+// recorded) that runs fewer than Keep (a release that kept fewer, or
+// none), scales it up to Keep, never above rec.
+func (h *Handoff) raiseToKeep(ctx context.Context, d *appsv1.Deployment, rec string) error {
+	have := specReplicas(d)
+	want := h.Keep
+	if n, err := strconv.ParseInt(rec, 10, 32); err == nil && n >= 1 {
+		want = min(want, int32(n))
+	}
+	if have >= want {
+		h.Logf("Deployment %s/%s is at %d replicas already, scaled down by nodedns (%s=%s): nothing to scale down", h.Namespace, h.Deployment, have, ReplicasAnnotation, rec)
+		return nil
+	}
+	if err := h.patch(ctx, map[string]any{"spec": map[string]any{"replicas": want}}); err != nil {
+		return err
+	}
+	h.Logf("Deployment %s/%s scaled down by nodedns before (%s=%s): scaled from %d to the %d kept", h.Namespace, h.Deployment, ReplicasAnnotation, rec, have, want)
+	return nil
+}
+
 // coverage checks that the DaemonSet, rolled out, runs a ready pod on
 // every schedulable Linux node, and returns those nodes and the pods. A
 // nodeSelector, affinity or taints leaving nodes out is a Coexist: the
@@ -418,20 +448,29 @@ func (h *Handoff) restore(ctx context.Context) error {
 			"or accept a cluster without DNS: helm upgrade --reuse-values --set coreDNS.allowUninstallWithoutDNS=true, then helm uninstall",
 			h.Namespace, h.Deployment, h.Namespace, h.Service)}
 	}
-	want := specReplicas(d)
-	if want == 0 {
+	have := specReplicas(d)
+	want := have
+	if have == 0 {
 		want = h.Replicas
-		if s, ok := d.Annotations[ReplicasAnnotation]; ok {
-			n, err := strconv.ParseInt(s, 10, 32)
-			if err != nil || n < 1 {
-				return fmt.Errorf("Deployment %s/%s: annotation %s=%q is not a positive number of replicas: set it, or scale the Deployment yourself", h.Namespace, h.Deployment, ReplicasAnnotation, s)
-			}
-			want = int32(n)
+	}
+	// The recorded replicas, when it runs fewer (the kept ones): never
+	// fewer than it runs.
+	if s, ok := d.Annotations[ReplicasAnnotation]; ok {
+		n, err := strconv.ParseInt(s, 10, 32)
+		switch {
+		case err == nil && n >= 1:
+			want = max(have, int32(n))
+		case have == 0:
+			return fmt.Errorf("Deployment %s/%s: annotation %s=%q is not a positive number of replicas: set it, or scale the Deployment yourself", h.Namespace, h.Deployment, ReplicasAnnotation, s)
+		default:
+			h.Logf("Deployment %s/%s: annotation %s=%q is not a positive number of replicas: it keeps its %d", h.Namespace, h.Deployment, ReplicasAnnotation, s, have)
 		}
+	}
+	if want != have {
 		if err := h.patch(ctx, map[string]any{"spec": map[string]any{"replicas": want}}); err != nil {
 			return err
 		}
-		h.Logf("Deployment %s/%s scaled from 0 to %d replicas; waiting until they are available", h.Namespace, h.Deployment, want)
+		h.Logf("Deployment %s/%s scaled from %d to %d replicas; waiting until they are available", h.Namespace, h.Deployment, have, want)
 	} else {
 		h.Logf("Deployment %s/%s has %d replicas; waiting until they are available", h.Namespace, h.Deployment, want)
 	}

@@ -290,7 +290,7 @@ func TestScaleDownCoexists(t *testing.T) {
 		{"k3s hash as an annotation", cat(daemonSet(1, 1), served(1), []runtime.Object{withAnnotation("objectset.rio.cattle.io/hash", "abc")}),
 			[]string{"objectset.rio.cattle.io/hash", "k3s"}},
 		{"scaled down before, back since", cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(3, "2", 3)}),
-			[]string{"was scaled to 0 by nodedns before (nodedns.io/coredns-replicas=2) and runs 3 replicas again"}},
+			[]string{"was scaled down by nodedns before (nodedns.io/coredns-replicas=2) and runs 3 replicas again, more than the 0 it keeps"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, c, log := newHandoff(t, tc.objs...)
@@ -376,15 +376,15 @@ func TestScaleDownOverrideReconciler(t *testing.T) {
 	checkDeployment(t, c, 2, "")
 }
 
-// setReplicasWhenZero waits until the Deployment is at 0 replicas, then
+// setReplicasWhenAt waits until the Deployment is at at replicas, then
 // does what an autoscaler would: sets them to n.
-func setReplicasWhenZero(ctx context.Context, t *testing.T, c *fake.Clientset, n int32) <-chan struct{} {
+func setReplicasWhenAt(ctx context.Context, t *testing.T, c *fake.Clientset, at, n int32) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
 			d, err := c.AppsV1().Deployments(ns).Get(ctx, "coredns", metav1.GetOptions{})
-			if err == nil && specReplicas(d) == 0 {
+			if err == nil && specReplicas(d) == at {
 				d.Spec.Replicas = &n
 				if _, err := c.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
 					t.Error(err)
@@ -405,7 +405,7 @@ func TestScaleDownReplicasComeBack(t *testing.T) {
 	h.Settle = 2 * time.Second // ends as soon as the replicas are back
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	done := setReplicasWhenZero(ctx, t, c, 4)
+	done := setReplicasWhenAt(ctx, t, c, 0, 4)
 	err := h.ScaleDown(ctx)
 	<-done
 	var co *Coexist
@@ -419,7 +419,7 @@ func TestScaleDownReplicasComeBack(t *testing.T) {
 
 	// The next helm upgrade.
 	err = h.ScaleDown(ctx)
-	if !errors.As(err, &co) || !strings.Contains(co.Reason, "was scaled to 0 by nodedns before") {
+	if !errors.As(err, &co) || !strings.Contains(co.Reason, "was scaled down by nodedns before") {
 		t.Fatalf("second ScaleDown: %v, want a Coexist\n%s", err, log)
 	}
 	if n := patches(c); n != 1 {
@@ -436,7 +436,7 @@ func TestScaleDownRollback(t *testing.T) {
 	start := time.Now()
 	err := h.ScaleDown(context.Background())
 	var co *Coexist
-	if !errors.As(err, &co) || !strings.Contains(co.Reason, "ready endpoints that are not nodedns pods: Pod coredns-abc") ||
+	if !errors.As(err, &co) || !strings.Contains(co.Reason, "ready endpoints that are not nodedns pods (1, more than the 0 kept): Pod coredns-abc") ||
 		!strings.Contains(co.Reason, "scaled back to 3 replicas") {
 		t.Fatalf("ScaleDown: %v, want a Coexist with a rollback\n%s", err, log)
 	}
@@ -473,7 +473,7 @@ func TestScaleDownConverges(t *testing.T) {
 		t.Fatalf("ScaleDown: %v\n%s", err, log)
 	}
 	checkDeployment(t, c, 0, "2")
-	if !strings.Contains(log.String(), "ready endpoints are nodedns pods only, on all 2 nodes") {
+	if !strings.Contains(log.String(), "ready endpoints are nodedns pods on all 2 nodes and 0 others") {
 		t.Errorf("log:\n%s", log)
 	}
 }
@@ -557,7 +557,7 @@ func checkDeployment(t *testing.T, c *fake.Clientset, replicas int32, annotation
 // TestMainUsage: bad command lines exit 2 with the usage, before any
 // API call.
 func TestMainUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"adopt"}, {"restore", "--replicas=0"}, {"scale-down", "extra"}, {"restore", "--timeout=-1s"}, {"scale-down", "--nope"},
+	for _, args := range [][]string{nil, {"adopt"}, {"restore", "--replicas=0"}, {"scale-down", "--keep-replicas=-1"}, {"scale-down", "extra"}, {"restore", "--timeout=-1s"}, {"scale-down", "--nope"},
 		{"scale-down", "--pod-ports=0"}, {"scale-down", "--pod-ports=53,x"}, {"scale-down", "--settle=0s"}, {"scale-down", "--converge=-1s"}, {"scale-down", "--service="}} {
 		var out strings.Builder
 		if code := Main(args, &out); code != 2 {
@@ -663,4 +663,115 @@ func TestScaleDownRollbackAtTimeout(t *testing.T) {
 		t.Fatalf("ScaleDown: %v, want the deadline's failure\n%s", err, log)
 	}
 	checkDeployment(t, c, 2, "")
+}
+
+// TestScaleDownKeep: with Keep the Deployment is scaled down to Keep
+// replicas, never up, its replicas recorded as with 0; the kept replicas'
+// endpoints may stay in the Service, and only replicas above Keep count
+// as coming back. An upgrade raises one nodedns scaled further down to
+// Keep (never above what it recorded).
+func TestScaleDownKeep(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		keep           int32
+		objs           []runtime.Object
+		wantReplicas   int32
+		wantAnnotation string
+		wantLog        string
+		wantPatches    int
+	}{
+		// The kept pod stays a ready endpoint of the Service.
+		{"2 to 1", 1, cat(daemonSet(2, 2), served(2), []runtime.Object{deployment(2, "", 2), slice("kube-dns-2", "coredns-abc")}), 1, "2",
+			"scaled from 2 to 1 replicas", 1},
+		{"3 to 2", 2, cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(3, "", 3), slice("kube-dns-2", "coredns-a", "coredns-b")}), 2, "3",
+			"stayed at 2", 1},
+		{"at keep, never up", 1, cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(1, "", 1)}), 1, "", "at most the 1 kept", 0},
+		{"at 0, never up", 1, cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(0, "", 0)}), 0, "", "at most the 1 kept", 0},
+		{"below keep, never up", 3, cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(2, "", 2)}), 2, "", "at most the 3 kept", 0},
+		{"upgrade, kept already", 1, cat(daemonSet(2, 2), served(2), []runtime.Object{deployment(1, "2", 1)}), 1, "2", "nothing to scale down", 0},
+		{"upgrade from a release that kept none", 1, cat(daemonSet(2, 2), served(2), []runtime.Object{deployment(0, "2", 0)}), 1, "2", "scaled from 0 to the 1 kept", 1},
+		{"upgrade, raised no further than recorded", 3, cat(daemonSet(2, 2), served(2), []runtime.Object{deployment(0, "2", 0)}), 2, "2", "scaled from 0 to the 2 kept", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, c, log := newHandoff(t, tc.objs...)
+			h.Keep = tc.keep
+			if err := h.ScaleDown(context.Background()); err != nil {
+				t.Fatalf("ScaleDown: %v\n%s", err, log)
+			}
+			checkDeployment(t, c, tc.wantReplicas, tc.wantAnnotation)
+			if n := patches(c); n != tc.wantPatches {
+				t.Errorf("%d patches of the replicas, want %d\n%s", n, tc.wantPatches, log)
+			}
+			if !strings.Contains(log.String(), tc.wantLog) {
+				t.Errorf("log lacks %q:\n%s", tc.wantLog, log)
+			}
+		})
+	}
+}
+
+// TestScaleDownKeepRollback: with Keep 1, two CoreDNS endpoints that stay
+// in the Service are one more than kept: CoreDNS gets its replicas back.
+func TestScaleDownKeepRollback(t *testing.T) {
+	h, c, log := newHandoff(t, cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(3, "", 3), slice("kube-dns-2", "coredns-a", "coredns-b")})...)
+	h.Keep = 1
+	err := h.ScaleDown(context.Background())
+	var co *Coexist
+	if !errors.As(err, &co) || !strings.Contains(co.Reason, "not nodedns pods (2, more than the 1 kept): Pod coredns-a, Pod coredns-b") ||
+		!strings.Contains(co.Reason, "scaled back to 3 replicas") {
+		t.Fatalf("ScaleDown: %v, want a Coexist with a rollback\n%s", err, log)
+	}
+	checkDeployment(t, c, 3, "")
+}
+
+// TestScaleDownKeepComesBack: with Keep 1, replicas set to 2 after the
+// scale-down to 1 are someone else's; the next run does not scale down.
+func TestScaleDownKeepComesBack(t *testing.T) {
+	h, c, log := newHandoff(t, cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(3, "", 3)})...)
+	h.Keep = 1
+	h.Settle = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := setReplicasWhenAt(ctx, t, c, 1, 2)
+	err := h.ScaleDown(ctx)
+	<-done
+	var co *Coexist
+	if !errors.As(err, &co) || !strings.Contains(co.Reason, "is back at 2 replicas") || !strings.Contains(co.Reason, "after nodedns scaled it to 1") {
+		t.Fatalf("ScaleDown: %v, want a Coexist: back at 2 replicas\n%s", err, log)
+	}
+	checkDeployment(t, c, 2, "3")
+	err = h.ScaleDown(ctx)
+	if !errors.As(err, &co) || !strings.Contains(co.Reason, "runs 2 replicas again, more than the 1 it keeps") {
+		t.Fatalf("second ScaleDown: %v, want a Coexist\n%s", err, log)
+	}
+	if n := patches(c); n != 1 {
+		t.Errorf("%d patches, want the one scale-down", n)
+	}
+}
+
+// TestRestoreKept: uninstall's restore scales the kept replicas back to
+// the recorded number, never below what runs.
+func TestRestoreKept(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		d            *appsv1.Deployment
+		wantReplicas int32
+		wantPatches  int
+	}{
+		{"kept 1 of 3", deployment(1, "3", 3), 3, 1},
+		{"more than recorded", deployment(4, "2", 4), 4, 0},
+		{"bad annotation, running", deployment(2, "many", 2), 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, c, log := newHandoff(t, tc.d)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if err := h.Restore(ctx); err != nil {
+				t.Fatalf("Restore: %v\n%s", err, log)
+			}
+			checkDeployment(t, c, tc.wantReplicas, "")
+			if n := patches(c); n != tc.wantPatches {
+				t.Errorf("%d patches of the replicas, want %d", n, tc.wantPatches)
+			}
+		})
+	}
 }

@@ -24,12 +24,12 @@ const Usage = `usage: nodedns-backend handoff scale-down|restore [flags]
 
 scale-down  once the nodedns DaemonSet runs a ready pod on every schedulable
             Linux node and the DNS Service lists them, scale the CoreDNS
-            Deployment to 0 (its replicas recorded in the annotation
-            ` + ReplicasAnnotation + `); where that is not safe (a partial
+            Deployment down to --keep-replicas (its replicas recorded in the
+            annotation ` + ReplicasAnnotation + `); where that is not safe (a partial
             rollout, a Service that does not select nodedns, an autoscaler or
             reconciler that owns it) leave it serving beside nodedns, say why,
             and exit 0
-restore     scale the CoreDNS Deployment back and wait until it is available;
+restore     scale the CoreDNS Deployment back to the recorded replicas and wait until it is available;
             with no Deployment, refuse (exit 3) unless --allow-no-dns`
 
 // Main runs `nodedns-backend handoff ARGS...` and returns the exit code:
@@ -52,6 +52,7 @@ func Main(args []string, stderr io.Writer) int {
 	fs.StringVar(&h.Service, "service", "kube-dns", "the DNS Service, whose ClusterIP is the pods' nameserver (RKE2: rke2-coredns-rke2-coredns, kubespray: coredns)")
 	podPorts := fs.String("pod-ports", "53", "scale-down: comma-separated node ports on which the nodedns pods serve DNS; the Service's port 53 must target one")
 	replicas := fs.Int("replicas", 2, "restore: replicas when the Deployment has none recorded")
+	keep := fs.Int("keep-replicas", 1, "scale-down: replicas left running, the DNS server of last resort when every nodedns pod is gone without the hooks (never more than the Deployment has); 0 scales it to 0")
 	fs.DurationVar(&h.Settle, "settle", DefaultSettle, "scale-down: how long to watch the Deployment for replicas coming back after scaling it to 0")
 	fs.DurationVar(&h.Converge, "converge", DefaultConverge, "bound on each wait for the Service's endpoints (scale-down: before it, coexist; after it, scale back; restore: for an endpoint besides nodedns, else fail)")
 	fs.BoolVar(&h.OverrideReconciler, "override-reconciler", false, "scale-down: scale down a Deployment marked as an add-on manager's or k3s's (they must leave its replicas alone)")
@@ -62,13 +63,14 @@ func Main(args []string, stderr io.Writer) int {
 		return 2
 	}
 	ports, perr := parsePorts(*podPorts)
-	if perr != nil || fs.NArg() > 0 || *replicas < 1 || *timeout <= 0 || h.Settle <= 0 || h.Converge <= 0 ||
+	if perr != nil || fs.NArg() > 0 || *replicas < 1 || *keep < 0 || *keep > 1000 || *timeout <= 0 || h.Settle <= 0 || h.Converge <= 0 ||
 		h.Namespace == "" || h.Deployment == "" || h.DaemonSet == "" || h.Service == "" {
-		fmt.Fprintf(stderr, "handoff %s: bad arguments %q: --replicas, --timeout, --settle and --converge must be positive, names non-empty, --pod-ports ports (1-65535)\n", verb, args[1:])
+		fmt.Fprintf(stderr, "handoff %s: bad arguments %q: --replicas, --timeout, --settle and --converge must be positive, --keep-replicas 0 to 1000, names non-empty, --pod-ports ports (1-65535)\n", verb, args[1:])
 		return 2
 	}
 	h.PodPorts = ports
 	h.Replicas = int32(*replicas)
+	h.Keep = int32(*keep)
 	cfg, err := restConfig(*kubeconfig)
 	if err != nil {
 		logger.Printf("%s: %v", verb, err)

@@ -89,12 +89,13 @@ func nodednsChart(t *testing.T, r *kubeadmRun) (*chart.Chart, map[string]any) {
 
 // install runs `helm install nodedns <chart> -n kube-system` and checks
 // what it promises: every node served by nodedns, kube-dns untouched and
-// selecting pods that answer, CoreDNS scaled away.
+// selecting pods that answer, CoreDNS scaled down to the one replica the
+// chart keeps (coreDNS.keepReplicas).
 func (r *kubeadmRun) install(ctx context.Context, t *testing.T, steps *stepLog) {
 	t.Helper()
 	c := r.tb.Client()
 	chrt, values := nodednsChart(t, r)
-	steps.begin("b. helm install nodedns (no values): nodedns on every node, CoreDNS scaled to 0 by the post-install hook", "helm install nodedns oci://…/nodedns -n kube-system")
+	steps.begin("b. helm install nodedns (no values): nodedns on every node, CoreDNS scaled to the 1 kept by the post-install hook", "helm install nodedns oci://…/nodedns -n kube-system")
 	// When was every node served: the DaemonSet rolled out, each pod
 	// ready (the frontend is ready once it has taken the node's DNS over).
 	served := make(chan time.Duration, 1)
@@ -145,8 +146,8 @@ func (r *kubeadmRun) install(ctx context.Context, t *testing.T, steps *stepLog) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *d.Spec.Replicas != 0 || d.Annotations[handoff.ReplicasAnnotation] != "2" {
-		t.Errorf("b: coredns has %d replicas, %s=%q; want 0 and 2", *d.Spec.Replicas, handoff.ReplicasAnnotation, d.Annotations[handoff.ReplicasAnnotation])
+	if *d.Spec.Replicas != 1 || d.Annotations[handoff.ReplicasAnnotation] != "2" {
+		t.Errorf("b: coredns has %d replicas, %s=%q; want 1 (coreDNS.keepReplicas) and 2", *d.Spec.Replicas, handoff.ReplicasAnnotation, d.Annotations[handoff.ReplicasAnnotation])
 	}
 	// kubeadm's shape passes every rule of the handoff: nothing says why
 	// CoreDNS would stay.
@@ -159,8 +160,9 @@ func (r *kubeadmRun) install(ctx context.Context, t *testing.T, steps *stepLog) 
 
 // checkKubeDNSService: kubeadm's kube-dns is as kubeadm made it, and what
 // the Kubernetes ecosystem expects of the cluster DNS finds nodedns: its
-// endpoints are the nodes' IPs on 53 and 9153, the DNS debugging guide's
-// `kubectl get pods -l k8s-app=kube-dns` lists the nodedns pods, `kubectl
+// endpoints are the nodes' IPs on 53 and 9153 and the one CoreDNS replica
+// kept, the DNS debugging guide's `kubectl get pods -l k8s-app=kube-dns`
+// lists the nodedns pods and that replica, `kubectl
 // logs -l k8s-app=kube-dns` shows the frontend's log, and the metrics port
 // a ServiceMonitor scrapes answers with the backend's metrics.
 func checkKubeDNSService(ctx context.Context, t *testing.T, r *kubeadmRun) {
@@ -173,7 +175,29 @@ func checkKubeDNSService(ctx context.Context, t *testing.T, r *kubeadmRun) {
 		len(svc.Spec.Ports) != 3 || svc.Annotations["meta.helm.sh/release-name"] != "" {
 		t.Errorf("kube-dns changed: %s %v %v %v", svc.Spec.ClusterIP, svc.Spec.Selector, svc.Spec.Ports, svc.Annotations)
 	}
-	var want []string
+	// The CoreDNS pod scaled away takes its grace period to go; the
+	// kept one stays.
+	var kept string
+	if err := waitUntil(ctx, func() bool {
+		pods, err := r.tb.Client().CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil || len(pods.Items) != len(r.nodes)+1 {
+			return false
+		}
+		kept = ""
+		for _, p := range pods.Items {
+			if strings.HasPrefix(p.Name, "coredns-") && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
+				kept = p.Status.PodIP
+			}
+		}
+		return kept != ""
+	}); err != nil {
+		t.Errorf("not one CoreDNS pod left: %v\n%s", err, podStates(ctx, r.tb))
+	}
+	pods := kubectl(ctx, t, r.tb, "-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "name")
+	if strings.Count(pods, "pod/nodedns-") != len(r.nodes) || strings.Count(pods, "pod/coredns-") != 1 {
+		t.Errorf("kubectl get pods -l k8s-app=kube-dns:\n%s\nwant the %d nodedns pods and the one CoreDNS replica kept", pods, len(r.nodes))
+	}
+	want := []string{kept + ":53/53/9153(ready=true)"}
 	for _, n := range r.nodes {
 		want = append(want, n.IP.String()+":53/53/9153(ready=true)")
 	}
@@ -181,18 +205,7 @@ func checkKubeDNSService(ctx context.Context, t *testing.T, r *kubeadmRun) {
 		got := strings.Fields(serviceEndpoints(ctx, t, r.tb, "kube-dns"))
 		return len(got) == len(want) && allIn(got, want)
 	}); err != nil {
-		t.Errorf("kube-dns endpoints %s, want the nodes' %v", serviceEndpoints(ctx, t, r.tb, "kube-dns"), want)
-	}
-	// The CoreDNS pods take their grace period to go.
-	if err := waitUntil(ctx, func() bool {
-		pods, err := r.tb.Client().CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
-		return err == nil && len(pods.Items) == len(r.nodes)
-	}); err != nil {
-		t.Errorf("the CoreDNS pods did not go: %v\n%s", err, podStates(ctx, r.tb))
-	}
-	pods := kubectl(ctx, t, r.tb, "-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "name")
-	if strings.Count(pods, "pod/nodedns-") != len(r.nodes) || strings.Contains(pods, "coredns") {
-		t.Errorf("kubectl get pods -l k8s-app=kube-dns:\n%s\nwant the %d nodedns pods only", pods, len(r.nodes))
+		t.Errorf("kube-dns endpoints %s, want the nodes' and the kept CoreDNS pod's %v", serviceEndpoints(ctx, t, r.tb, "kube-dns"), want)
 	}
 	// kubectl logs goes through the API server to each pod's kubelet,
 	// which picks the container the pod names as its default.
@@ -208,6 +221,9 @@ func checkKubeDNSService(ctx context.Context, t *testing.T, r *kubeadmRun) {
 			t.Fatal(err)
 		}
 		for _, p := range list.Items {
+			if !strings.HasPrefix(p.Name, "nodedns-") {
+				continue // the CoreDNS replica kept
+			}
 			if c := p.Annotations["kubectl.kubernetes.io/default-container"]; c != "frontend" {
 				t.Errorf("%s: default container %q, want frontend", p.Name, c)
 			}
@@ -272,7 +288,8 @@ func allIn(got, want []string) bool {
 // a headless Service, kubernetes.default and an external name at 100
 // lookups/s, one `helm install nodedns <chart> -n kube-system` with no
 // values ends with every node's DNS served by nodedns, kube-dns at the
-// same ClusterIP selecting pods that answer, and CoreDNS scaled to 0.
+// same ClusterIP selecting pods that answer, and CoreDNS scaled down to
+// the one replica kept (coreDNS.keepReplicas).
 // Goal: no failed and no lost lookup.
 func TestHelmInstallReplacesCoreDNS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

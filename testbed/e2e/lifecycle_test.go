@@ -94,14 +94,18 @@ type lcCell struct {
 // "" when it may not. Each entry is a measured cause that nodedns cannot
 // remove, with its bound (docs/real-nodes.md, "Lifecycle matrix").
 func lcLoss(row, mode, group string) (string, int) {
-	if row == "ds-deleted" {
-		// The install's handoff scaled CoreDNS to 0 and nothing scales it
-		// back without the pre-delete hook: from the last nodedns pod's
-		// exit until the recreated DaemonSet's pods are ready, no DNS
-		// server runs in the cluster (docs/fail-open.md). Link-local,
-		// 2026-12-07: 3,067 and 2,841 lost in 22 and 20 s; the bound is
-		// 30 s of both nodes' clients.
-		return "no DNS server in the cluster until the DaemonSet is back: the handoff scaled CoreDNS to 0", 30 * 2 * clientRate
+	// ds-deleted: the handoff keeps one CoreDNS replica
+	// (coreDNS.keepReplicas), which answers kube-dns, and through it the
+	// release table, while no nodedns pod runs: iptables mode, 2026-12-07,
+	// 0 lost of 6,796 and 6,781 (with CoreDNS at 0, link-local: 3,067 and
+	// 2,841 lost in 22 and 20 s). In link-local mode kube-dns's endpoints
+	// are also the nodes' backends, which go with the pods: kube-proxy
+	// sends ClusterIP queries to them until it drops them, the open loss
+	// of link-local mode's endpoint changes (the uninstall row's too).
+	// Link-local, 2026-12-07: 57 lost in 3 s of 7,472, the local-address
+	// clients 0 of 7,463; the bound is 3 s of both nodes' clients.
+	if row == "ds-deleted" && mode == "link-local" && group == lcClusterIP {
+		return "kube-proxy sends ClusterIP queries to the nodes' backends, gone with the pods, until it drops them from kube-dns's endpoints (link-local mode)", 3 * 2 * clientRate
 	}
 	return "", 0
 }

@@ -29,7 +29,8 @@ import (
 // one cluster of two real nodes for all of them: between shapes the DNS
 // objects go and the next shape's come, kubelet's clusterDNS changing with
 // them. Each shape asserts no failed or lost lookup, what the handoff did
-// (CoreDNS scaled to 0, or left serving with the reason it gives), and,
+// (CoreDNS scaled down to the replicas kept, or left serving with the
+// reason it gives), and,
 // sampled every 200 ms throughout, that the DNS Service never had no
 // ready CoreDNS endpoint while a node had no ready nodedns pod.
 
@@ -54,8 +55,9 @@ const shapesSummaryEnv = "NODEDNS_SHAPES_SUMMARY"
 // (detected as autoscalers alike) and scale nothing.
 const cpaSourceEnv = "NODEDNS_CPA_SRC"
 
-// outcome is what the handoff's hook leaves: CoreDNS scaled to 0, or
-// serving beside nodedns with a reason containing reason.
+// outcome is what the handoff's hook leaves: CoreDNS scaled down to the
+// shape's keep replicas, or serving beside nodedns with a reason
+// containing reason.
 type outcome struct {
 	scaled bool
 	reason string
@@ -88,6 +90,9 @@ type shape struct {
 	gitops bool
 	// covered is the node nodedns runs on when not all ("" all).
 	covered string
+	// keep is coreDNS.keepReplicas in values (the chart's 1 unless set):
+	// the replicas a scaled outcome leaves.
+	keep int32
 }
 
 func shapes() []shape {
@@ -101,15 +106,21 @@ func shapes() []shape {
 		deploy:  kubeadm,
 		install: outcome{scaled: true},
 		upgrade: outcome{scaled: true},
+		keep:    1,
 	}, {
 		name: "k3s", clusterIP: "10.43.0.10", deployment: "coredns", service: "kube-dns",
 		deploy: func(ctx context.Context, t *testing.T, r *shapesRun) {
 			r.applyAs(ctx, t, "deploy", r.manifest(k3sManifest, nil))
 		},
-		// k3s's deploy controller re-applies its manifest: CoreDNS stays
+		// k3s's manifest sets no replicas: at the 1 the chart keeps by
+		// default, CoreDNS is left as it is (handoff's unit tests). With
+		// keepReplicas 0 the reconciler is what stops the handoff: k3s's
+		// deploy controller re-applies its manifest, so CoreDNS stays
 		// until the operator says the manifest leaves replicas alone.
+		values:        map[string]any{"coreDNS": map[string]any{"keepReplicas": 0}},
+		keep:          0,
 		install:       outcome{reason: "objectset.rio.cattle.io"},
-		upgradeValues: map[string]any{"coreDNS": map[string]any{"overrideReconciler": true}},
+		upgradeValues: map[string]any{"coreDNS": map[string]any{"keepReplicas": 0, "overrideReconciler": true}},
 		upgrade:       outcome{scaled: true},
 		// A k3s restart: the deploy controller applies the manifest again
 		// (server-side, its field manager "deploy", forced); it sets no
@@ -146,6 +157,7 @@ func shapes() []shape {
 			}))
 		},
 		values:  map[string]any{"service": map[string]any{"name": "coredns"}},
+		keep:    1,
 		install: outcome{reason: "dns-autoscaler autoscales it"},
 		// What the reason says to do: the autoscaler to 0, then helm
 		// upgrade hands off.
@@ -681,8 +693,9 @@ func (r *shapesRun) gitopsApply(ctx context.Context, t *testing.T, values map[st
 	kubectl(ctx, t, r.tb, "apply", "--server-side", "--field-manager=argocd-controller", "-f", f)
 }
 
-// checkOutcome checks what the handoff left: CoreDNS at 0 with its
-// replicas recorded, or serving with the reason want names.
+// checkOutcome checks what the handoff left: CoreDNS at the shape's keep
+// replicas with its replicas recorded, or serving with the reason want
+// names.
 func (r *shapesRun) checkOutcome(ctx context.Context, t *testing.T, s shape, step string, want outcome) {
 	t.Helper()
 	d, err := r.tb.Client().AppsV1().Deployments("kube-system").Get(ctx, s.deployment, metav1.GetOptions{})
@@ -693,8 +706,8 @@ func (r *shapesRun) checkOutcome(ctx context.Context, t *testing.T, s shape, ste
 	why := d.Annotations[handoff.StatusAnnotation]
 	t.Logf("%s: %s has %d replicas; %s=%q", step, s.deployment, got, handoff.StatusAnnotation, why)
 	switch {
-	case want.scaled && (got != 0 || d.Annotations[handoff.ReplicasAnnotation] == ""):
-		t.Errorf("%s: %s has %d replicas, %s=%q; want 0, recorded", step, s.deployment, got, handoff.ReplicasAnnotation, d.Annotations[handoff.ReplicasAnnotation])
+	case want.scaled && (got != s.keep || d.Annotations[handoff.ReplicasAnnotation] == ""):
+		t.Errorf("%s: %s has %d replicas, %s=%q; want %d (coreDNS.keepReplicas), recorded", step, s.deployment, got, handoff.ReplicasAnnotation, d.Annotations[handoff.ReplicasAnnotation], s.keep)
 	case !want.scaled && got == 0:
 		t.Errorf("%s: %s scaled to 0, want it serving beside nodedns", step, s.deployment)
 	case !want.scaled && !strings.Contains(why, want.reason):
