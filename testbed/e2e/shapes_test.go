@@ -88,6 +88,9 @@ type shape struct {
 	gitops bool
 	// covered is the node nodedns runs on when not all ("" all).
 	covered string
+	// afterInstall runs once the install is checked, atEnd once the
+	// uninstall is; either may be nil.
+	afterInstall, atEnd func(ctx context.Context, t *testing.T, r *shapesRun)
 }
 
 func shapes() []shape {
@@ -189,6 +192,15 @@ func shapes() []shape {
 		},
 		install: outcome{reason: ""},
 		upgrade: outcome{reason: ""},
+	}, {
+		// kubeadm's DNS, the clients' namespace under default-deny egress
+		// and a real NetworkPolicy engine (shapes_netpol_test.go).
+		name: "netpol", clusterIP: testbed.DNSServiceIP, deployment: "coredns", service: "kube-dns",
+		deploy:       netpolDeploy,
+		install:      outcome{scaled: true},
+		upgrade:      outcome{scaled: true},
+		afterInstall: netpolAfterInstall,
+		atEnd:        netpolAtEnd,
 	}}
 }
 
@@ -531,6 +543,9 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 	waitRolledOut(ctx, t, r.tb, "nodedns", nodes)
 	t.Logf("b: installed in %s", time.Since(start).Round(100*time.Millisecond))
 	r.checkOutcome(ctx, t, s, "b", s.install)
+	if s.afterInstall != nil {
+		s.afterInstall(ctx, t, r)
+	}
 	time.Sleep(10 * time.Second)
 
 	if s.beforeUpgrade != nil {
@@ -595,6 +610,9 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 		}
 	}
 	time.Sleep(10 * time.Second)
+	if s.atEnd != nil {
+		s.atEnd(ctx, t, r)
+	}
 	steps.end()
 }
 

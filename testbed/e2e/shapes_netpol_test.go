@@ -1,0 +1,383 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodedns/nodedns/images"
+	"github.com/nodedns/nodedns/testbed"
+)
+
+// The netpol shape: kubeadm's DNS, a real NetworkPolicy engine on every
+// node (kube-network-policies, SIG Network's reference implementation,
+// built from its Go module), and the clients' namespace under default-deny
+// egress with the DNS rule docs/networkpolicy.md gives. A second
+// namespace holds only the rule most guides give (egress to
+// k8s-app=kube-dns pods in kube-system on 53); a probe pod there resolves
+// before the install (CoreDNS's pods behind the ClusterIP) and after it
+// (nodedns holding the ClusterIP), and the shape checks what the engine
+// did to it.
+
+// knpModule is the engine's Go module and version; its main package is
+// cmd (the NetworkPolicy agent, admin policies off unless flagged).
+const (
+	knpModule  = "sigs.k8s.io/kube-network-policies"
+	knpVersion = "v0.8.0"
+	knpImage   = "nodedns.test/kube-network-policies:" + knpVersion
+	// knpNamespace is the agent's namespace: not kube-system, which the
+	// matrix empties between shapes.
+	knpNamespace = "kube-network-policies"
+	// knpMetrics is the agent's metrics port (hostNetwork, node IP).
+	knpMetrics = 9080
+	// docNamespace holds the probe under the commonly documented rule.
+	docNamespace = "netpol-documented"
+)
+
+// buildNetpolImage builds the agent from its module (`go install
+// module/cmd@version`, outside this module) into an image of one static
+// binary.
+func buildNetpolImage(ctx context.Context, t *testing.T) testbed.Archive {
+	t.Helper()
+	dir := t.TempDir()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", "-ldflags=-s -w", knpModule+"/cmd@"+knpVersion)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOBIN="+dir, "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install %s/cmd@%s: %v\n%s", knpModule, knpVersion, err, out)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := images.FilesLayer([]images.File{{Path: "bin/netpol", Data: data, Mode: 0o755}}, time.Unix(1_700_000_000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := images.Build(images.Spec{Layers: []v1.Layer{layer}, Entrypoint: []string{"/bin/netpol"}, Created: time.Unix(1_700_000_000, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "netpol.oci.tar")
+	if err := images.WriteArchive(p, img, knpImage, knpVersion); err != nil {
+		t.Fatal(err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-network-policies %s built from its Go module in %s", knpVersion, time.Since(start).Round(time.Second))
+	return testbed.Archive{Ref: knpImage, Path: p, Digest: d.String()}
+}
+
+// netpolAgentManifest is the project's install.yaml, in its own
+// namespace, NRI off (the nodes' containerd runs no NRI), with
+// NET_ADMIN instead of privileged.
+const netpolAgentManifest = `apiVersion: v1
+kind: Namespace
+metadata: {name: kube-network-policies}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: kube-network-policies, namespace: kube-network-policies}
+---
+kind: ClusterRole
+apiVersion: rbac.authorization.k8s.io/v1
+metadata: {name: kube-network-policies}
+rules:
+- apiGroups: [""]
+  resources: [pods, namespaces]
+  verbs: [list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch]
+---
+kind: ClusterRoleBinding
+apiVersion: rbac.authorization.k8s.io/v1
+metadata: {name: kube-network-policies}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-network-policies}
+subjects:
+- {kind: ServiceAccount, name: kube-network-policies, namespace: kube-network-policies}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-network-policies
+  namespace: kube-network-policies
+spec:
+  selector:
+    matchLabels: {app: kube-network-policies}
+  template:
+    metadata:
+      labels: {app: kube-network-policies}
+    spec:
+      hostNetwork: true
+      serviceAccountName: kube-network-policies
+      tolerations: [{operator: Exists, effect: NoSchedule}]
+      containers:
+      - name: kube-network-policies
+        image: IMAGE
+        imagePullPolicy: Never
+        args: [--hostname-override=$(MY_NODE_NAME), --v=2, --nfqueue-id=98, --disable-nri, --metrics-bind-address=:METRICS]
+        securityContext:
+          capabilities: {add: [NET_ADMIN]}
+        env:
+        - name: MY_NODE_NAME
+          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+`
+
+// netpolPolicies: default-deny egress in both namespaces; the commonly
+// documented DNS rule in both; in the clients' namespace, the rule
+// docs/networkpolicy.md adds for nodedns (iptables mode): the kube-dns
+// ClusterIP and the link-local address, which nodedns holds on the node
+// untracked, so the engine sees them undNATed, and the node subnet, where
+// the hostNetwork nodedns pods serve behind kube-dns (port 53 in iptables
+// mode) and which the engine does not count as pods.
+const netpolPolicies = `apiVersion: v1
+kind: Namespace
+metadata: {name: netpol-documented}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: default-deny-egress, namespace: NS}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-dns, namespace: NS}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: kube-system}
+      podSelector:
+        matchLabels: {k8s-app: kube-dns}
+    ports:
+    - {protocol: UDP, port: 53}
+    - {protocol: TCP, port: 53}
+`
+
+const netpolNodeDNSPolicy = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-nodedns, namespace: default}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - ipBlock: {cidr: CLUSTERIP/32}
+    - ipBlock: {cidr: 169.254.20.10/32}
+    - ipBlock: {cidr: NODESUBNET}
+    ports:
+    - {protocol: UDP, port: 53}
+    - {protocol: TCP, port: 53}
+`
+
+// netpolDeploy is the shape's deploy: kubeadm's CoreDNS, the engine on
+// both nodes, the policies, and a probe under the documented rule alone,
+// which must resolve while CoreDNS's pods serve.
+func netpolDeploy(ctx context.Context, t *testing.T, r *shapesRun) {
+	t.Helper()
+	if err := testbed.DeployCoreDNS(ctx, r.tb.Client(), r.imgs.backend.Ref, 2); err != nil {
+		t.Fatal(err)
+	}
+	img := buildNetpolImage(ctx, t)
+	for _, n := range r.nodes {
+		if err := n.ImportImage(ctx, img.Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := strings.NewReplacer("IMAGE", img.Ref, "METRICS", strconv.Itoa(knpMetrics)).Replace(netpolAgentManifest)
+	r.applyAs(ctx, t, "", m)
+	// Undone in this order: the policies (the agent empties its pod sets),
+	// the agent, then its table, which it leaves behind on SIGTERM (it
+	// cleans up on SIGINT only) and whose queue rules would drop packets
+	// with no agent reading the queue.
+	t.Cleanup(func() {
+		bg := context.Background()
+		for _, args := range [][]string{
+			{"-n", "default", "delete", "networkpolicy", "--all"},
+			{"delete", "--ignore-not-found", "--timeout=90s", "namespace", docNamespace, knpNamespace},
+			{"delete", "--ignore-not-found", "clusterrole,clusterrolebinding", "kube-network-policies"},
+		} {
+			if out, err := kubectlOutput(bg, r.tb, args...); err != nil {
+				t.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+		for _, n := range r.nodes {
+			if out, err := n.Run(bg, "nft", "delete", "table", "inet", "kube-network-policies"); err != nil && !strings.Contains(string(out), "No such file") {
+				t.Logf("%s: nft delete table inet kube-network-policies: %v %s", n.Name, err, out)
+			}
+		}
+	})
+	if err := testbed.WaitDaemonSetReady(ctx, r.tb.Client(), knpNamespace, "kube-network-policies", int32(len(r.nodes))); err != nil {
+		t.Fatalf("the engine's DaemonSet: %v\n%s", err, podStates(ctx, r.tb))
+	}
+	var pol []string
+	for _, ns := range []string{"default", docNamespace} {
+		pol = append(pol, strings.ReplaceAll(netpolPolicies, "NS", ns))
+	}
+	pol = append(pol, strings.NewReplacer("CLUSTERIP", r.dnsIP, "NODESUBNET", testbed.NodeSubnet).Replace(netpolNodeDNSPolicy))
+	r.applyAs(ctx, t, "", strings.Join(pol, "\n---\n"))
+	// The engine's table on every node, its queue rules in place.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, n := range r.nodes {
+		if err := waitUntil(wctx, func() bool {
+			out, err := n.Run(wctx, "nft", "list", "table", "inet", "kube-network-policies")
+			return err == nil && strings.Contains(string(out), "queue")
+		}); err != nil {
+			t.Fatalf("%s: no kube-network-policies nftables table: %v", n.Name, err)
+		}
+	}
+	out, _ := r.nodes[0].Run(ctx, "nft", "list", "table", "inet", "kube-network-policies")
+	t.Logf("%s: nft list table inet kube-network-policies:\n%s", r.nodes[0].Name, out)
+	if ok, why := r.netpolProbe(ctx, t, "probe-a", docNamespace, ""); !ok {
+		t.Fatalf("a: under the documented rule, with CoreDNS's pods behind %s, the probe did not resolve: %s", r.dnsIP, why)
+	}
+}
+
+// netpolAfterInstall checks, with nodedns serving, what the engine does to
+// a lookup under the documented rule alone, and logs the engine's
+// evidence: its ruleset, its verdicts, its log.
+func netpolAfterInstall(ctx context.Context, t *testing.T, r *shapesRun) {
+	t.Helper()
+	// Each address a pod's DNS reaches with nodedns: the ClusterIP and the
+	// link-local address the frontend holds untracked on the node, and the
+	// other node's fallback listener, a hostNetwork pod behind kube-dns
+	// (where kube-proxy's DNAT sends pods' queries when the node's own
+	// frontend does not hold the ClusterIP).
+	other := r.nodes[len(r.nodes)-1].IP.String()
+	for i, p := range []struct {
+		what, ns, nameserver string
+		want                 bool
+	}{
+		{"the ClusterIP held on the node", docNamespace, "", false},
+		{"169.254.20.10", docNamespace, "169.254.20.10", false},
+		{"the fallback listener on " + r.nodes[len(r.nodes)-1].Name + " (" + other + ":53)", docNamespace, other, false},
+		{"the ClusterIP held on the node", "default", "", true},
+		{"169.254.20.10", "default", "169.254.20.10", true},
+		{"the fallback listener on " + r.nodes[len(r.nodes)-1].Name + " (" + other + ":53)", "default", other, true},
+	} {
+		rule := "the documented rule alone"
+		if p.ns == "default" {
+			rule = "the documented rule and docs/networkpolicy.md's"
+		}
+		ok, why := r.netpolProbe(ctx, t, fmt.Sprintf("probe-b%d", i), p.ns, p.nameserver)
+		t.Logf("b: %s, to %s: resolved=%v (%s)", rule, p.what, ok, why)
+		if ok != p.want {
+			t.Errorf("b: %s, to %s: resolved=%v, want %v", rule, p.what, ok, p.want)
+		}
+	}
+	for _, n := range r.nodes {
+		out, _ := n.Run(ctx, "nft", "list", "table", "inet", "kube-network-policies")
+		t.Logf("%s: nft list table inet kube-network-policies:\n%s", n.Name, out)
+		t.Logf("%s: the engine's verdicts: %v", n.Name, knpVerdicts(ctx, n))
+	}
+	t.Logf("the engine's log (packets of the probe):\n%s", r.netpolLog(ctx, t, 40))
+}
+
+// netpolAtEnd checks that the engine judged the clients' DNS throughout.
+func netpolAtEnd(ctx context.Context, t *testing.T, r *shapesRun) {
+	t.Helper()
+	for _, n := range r.nodes {
+		v := knpVerdicts(ctx, n)
+		t.Logf("%s: the engine's verdicts over the shape: %v", n.Name, v)
+		if v["accept"] == 0 {
+			t.Errorf("%s: the engine accepted no packet: it judged none of the clients' DNS", n.Name)
+		}
+	}
+}
+
+// knpVerdicts reads the agent's kube_network_policies_packet_count by
+// verdict, from its metrics on the node IP.
+func knpVerdicts(ctx context.Context, n *testbed.RealNode) map[string]float64 {
+	v := map[string]float64{}
+	body, err := n.Run(ctx, "curl", "-sS", "--max-time", "5", fmt.Sprintf("http://%s:%d/metrics", n.IP, knpMetrics))
+	if err != nil {
+		v["unreachable"] = 1
+		return v
+	}
+	re := regexp.MustCompile(`(?m)^kube_network_policies_packet_count\{[^}]*verdict="(\w+)"[^}]*\} (\S+)$`)
+	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
+		f, _ := strconv.ParseFloat(m[2], 64)
+		v[m[1]] += f
+	}
+	return v
+}
+
+// netpolLog is the last lines of the agents' logs that judged a packet.
+func (r *shapesRun) netpolLog(ctx context.Context, t *testing.T, max int) string {
+	out, err := kubectlOutput(ctx, r.tb, "-n", knpNamespace, "logs", "-l", "app=kube-network-policies", "--tail=2000", "--prefix")
+	if err != nil {
+		return fmt.Sprintf("kubectl logs: %v", err)
+	}
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "Evaluating packet") || strings.Contains(l, "Egress NetworkPolicies") || strings.Contains(l, "Ingress NetworkPolicies") {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > max {
+		keep = keep[len(keep)-max:]
+	}
+	return strings.Join(keep, "\n")
+}
+
+// netpolProbe runs, in namespace ns on the first node, a pod resolving
+// web.default for 8 s through nameserver ("" kubelet's clusterDNS), and
+// says whether it resolved and what it saw.
+func (r *shapesRun) netpolProbe(ctx context.Context, t *testing.T, name, ns, nameserver string) (bool, string) {
+	t.Helper()
+	c := r.tb.Client()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"nodedns.test/probe": "netpol"}},
+		Spec: corev1.PodSpec{
+			NodeName:      r.nodes[0].Name,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "resolve", Image: testbed.PodToolImage, ImagePullPolicy: corev1.PullNever,
+				Args: []string{"resolve", "-timeout", "8s", "web.default.svc.cluster.local=" + strings.TrimPrefix(r.checks[0], "web=")},
+			}},
+		},
+	}
+	if nameserver != "" {
+		pod.Spec.DNSPolicy = corev1.DNSNone
+		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{nameserver}}
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) }()
+	var p *corev1.Pod
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := waitUntil(wctx, func() bool {
+		var err error
+		p, err = c.CoreV1().Pods(ns).Get(wctx, name, metav1.GetOptions{})
+		return err == nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed)
+	}); err != nil {
+		t.Fatalf("probe %s/%s: %v\n%s", ns, name, err, podStates(ctx, r.tb))
+	}
+	msg := ""
+	if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Terminated != nil {
+		msg = strings.TrimSpace(p.Status.ContainerStatuses[0].State.Terminated.Message)
+	}
+	return p.Status.Phase == corev1.PodSucceeded, msg
+}
