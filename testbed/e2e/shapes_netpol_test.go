@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -221,8 +222,11 @@ func netpolDeploy(ctx context.Context, t *testing.T, r *shapesRun) {
 			}
 		}
 		for _, n := range r.nodes {
-			if out, err := n.Run(bg, "nft", "delete", "table", "inet", "kube-network-policies"); err != nil && !strings.Contains(string(out), "No such file") {
-				t.Logf("%s: nft delete table inet kube-network-policies: %v %s", n.Name, err, out)
+			_, _ = n.Run(bg, "nft", "delete", "table", "inet", "kube-network-policies")
+			for _, c := range []string{"INPUT", "FORWARD", "POSTROUTING"} {
+				_, _ = n.Run(bg, "iptables", "-t", "mangle", "-D", c, "-j", "KNP-"+c)
+				_, _ = n.Run(bg, "iptables", "-t", "mangle", "-F", "KNP-"+c)
+				_, _ = n.Run(bg, "iptables", "-t", "mangle", "-X", "KNP-"+c)
 			}
 		}
 	})
@@ -235,19 +239,31 @@ func netpolDeploy(ctx context.Context, t *testing.T, r *shapesRun) {
 	}
 	pol = append(pol, strings.NewReplacer("CLUSTERIP", r.dnsIP, "NODESUBNET", testbed.NodeSubnet).Replace(netpolNodeDNSPolicy))
 	r.applyAs(ctx, t, "", strings.Join(pol, "\n---\n"))
-	// The engine's table on every node, its queue rules in place.
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	// The engine's table on every node, its queue rules in place; where
+	// the kernel has no nftables queue expression, the same rules as
+	// iptables NFQUEUE rules (knpQueueRules).
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, n := range r.nodes {
 		if err := waitUntil(wctx, func() bool {
 			out, err := n.Run(wctx, "nft", "list", "table", "inet", "kube-network-policies")
 			return err == nil && strings.Contains(string(out), "queue")
-		}); err != nil {
-			t.Fatalf("%s: no kube-network-policies nftables table: %v", n.Name, err)
+		}); err == nil {
+			continue
+		}
+		if why := nftQueueUnsupported(ctx, n); why == "" {
+			t.Fatalf("%s: no kube-network-policies nftables table, though the kernel has nft's queue:\n%s", n.Name, r.netpolLog(ctx, t, 0))
+		} else {
+			t.Logf("%s: the engine cannot write its nftables table (%s); its queue rules as iptables NFQUEUE rules instead", n.Name, why)
+		}
+		for _, rule := range knpQueueRules() {
+			if out, err := n.Run(ctx, "iptables", rule...); err != nil {
+				t.Fatalf("%s: iptables %s: %v\n%s", n.Name, strings.Join(rule, " "), err, out)
+			}
 		}
 	}
-	out, _ := r.nodes[0].Run(ctx, "nft", "list", "table", "inet", "kube-network-policies")
-	t.Logf("%s: nft list table inet kube-network-policies:\n%s", r.nodes[0].Name, out)
+	out, _ := r.nodes[0].Run(ctx, "iptables", "-t", "mangle", "-S")
+	t.Logf("%s: iptables -t mangle -S:\n%s", r.nodes[0].Name, out)
 	if ok, why := r.netpolProbe(ctx, t, "probe-a", docNamespace, ""); !ok {
 		t.Fatalf("a: under the documented rule, with CoreDNS's pods behind %s, the probe did not resolve: %s", r.dnsIP, why)
 	}
@@ -286,8 +302,8 @@ func netpolAfterInstall(ctx context.Context, t *testing.T, r *shapesRun) {
 		}
 	}
 	for _, n := range r.nodes {
-		out, _ := n.Run(ctx, "nft", "list", "table", "inet", "kube-network-policies")
-		t.Logf("%s: nft list table inet kube-network-policies:\n%s", n.Name, out)
+		out, _ := n.Run(ctx, "iptables", "-t", "mangle", "-L", "-v", "-n")
+		t.Logf("%s: iptables -t mangle -L -v -n:\n%s", n.Name, out)
 		t.Logf("%s: the engine's verdicts: %v", n.Name, knpVerdicts(ctx, n))
 	}
 	t.Logf("the engine's log (packets of the probe):\n%s", r.netpolLog(ctx, t, 40))
@@ -303,6 +319,60 @@ func netpolAtEnd(ctx context.Context, t *testing.T, r *shapesRun) {
 			t.Errorf("%s: the engine accepted no packet: it judged none of the clients' DNS", n.Name)
 		}
 	}
+}
+
+// nftQueueUnsupported says why nft's queue expression cannot be used in
+// n's namespace ("" when it can): kernels built without CONFIG_NFT_QUEUE
+// (this machine's) refuse it, while iptables' NFQUEUE target and the
+// nfnetlink queue the engine reads from work.
+func nftQueueUnsupported(ctx context.Context, n *testbed.RealNode) string {
+	const probe = "table inet nodedns-queue-probe { chain c { type filter hook output priority 0; meta mark 0x4e51 queue num 98 bypass; } }"
+	out, err := n.Run(ctx, "nft", probe)
+	if err == nil {
+		_, _ = n.Run(ctx, "nft", "delete", "table", "inet", "nodedns-queue-probe")
+		return ""
+	}
+	return "nft: " + strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+}
+
+// knpQueueRules are the engine's nftables rules (v0.8.0, no admin
+// policies, its DNS race workaround on: pkg/networkpolicy/controller.go,
+// syncNFTablesRules) as iptables rules, verdicts left to the engine:
+//   - its prerouting chain, at dstnat+5 (after kube-proxy's DNAT): UDP to
+//     port 53 from or to a pod, queued. Here in mangle INPUT and FORWARD
+//     (-150, after the DNAT and the routing decision), which every packet
+//     leaving prerouting goes through; nodedns's filter-table ACCEPTs come
+//     later, as its iptables rules come after the engine's own table;
+//   - its postrouting chain, at srcnat-5: UDP to port 53 (judged above),
+//     root's sockets and established flows accepted, the rest from or to a
+//     pod queued. Here in mangle POSTROUTING (-150, still after DNAT,
+//     before SNAT).
+//
+// The engine queues its sets of the pods that policies select; here
+// every pod (testbed.PodSubnet) is queued, and the engine lets pods no
+// policy selects through.
+func knpQueueRules() [][]string {
+	q := []string{"-j", "NFQUEUE", "--queue-num", "98"}
+	pods := testbed.PodSubnet
+	var rules [][]string
+	for _, c := range []string{"INPUT", "FORWARD", "POSTROUTING"} {
+		rules = append(rules, []string{"-t", "mangle", "-N", "KNP-" + c})
+		ch := []string{"-t", "mangle", "-A", "KNP-" + c}
+		if c == "POSTROUTING" {
+			rules = append(rules,
+				append(slices.Clone(ch), "-p", "udp", "--dport", "53", "-j", "RETURN"),
+				append(slices.Clone(ch), "-m", "owner", "--uid-owner", "0", "-j", "RETURN"),
+				append(slices.Clone(ch), "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"),
+				append(append(slices.Clone(ch), "-s", pods), q...),
+				append(append(slices.Clone(ch), "-d", pods), q...))
+		} else {
+			rules = append(rules,
+				append(append(slices.Clone(ch), "-p", "udp", "--dport", "53", "-s", pods), q...),
+				append(append(slices.Clone(ch), "-p", "udp", "--dport", "53", "-d", pods), q...))
+		}
+		rules = append(rules, []string{"-t", "mangle", "-I", c, "1", "-j", "KNP-" + c})
+	}
+	return rules
 }
 
 // knpVerdicts reads the agent's kube_network_policies_packet_count by
