@@ -252,7 +252,8 @@ func netpolDeploy(ctx context.Context, t *testing.T, r *shapesRun) {
 			continue
 		}
 		if why := nftQueueUnsupported(ctx, n); why == "" {
-			t.Fatalf("%s: no kube-network-policies nftables table, though the kernel has nft's queue:\n%s", n.Name, r.netpolLog(ctx, t, 0))
+			logs, _ := kubectlOutput(ctx, r.tb, "-n", knpNamespace, "logs", "-l", "app=kube-network-policies", "--tail=30")
+			t.Fatalf("%s: no kube-network-policies nftables table, though the kernel has nft's queue; the engine's log:\n%s", n.Name, logs)
 		} else {
 			t.Logf("%s: the engine cannot write its nftables table (%s); its queue rules as iptables NFQUEUE rules instead", n.Name, why)
 		}
@@ -306,7 +307,6 @@ func netpolAfterInstall(ctx context.Context, t *testing.T, r *shapesRun) {
 		t.Logf("%s: iptables -t mangle -L -v -n:\n%s", n.Name, out)
 		t.Logf("%s: the engine's verdicts: %v", n.Name, knpVerdicts(ctx, n))
 	}
-	t.Logf("the engine's log (packets of the probe):\n%s", r.netpolLog(ctx, t, 40))
 }
 
 // netpolAtEnd checks that the engine judged the clients' DNS throughout.
@@ -375,6 +375,42 @@ func knpQueueRules() [][]string {
 	return rules
 }
 
+// knpJudged summarizes the engine's log (--v=2) for the packets of pod
+// ns/name: each destination, protocol and verdict, with its count, or
+// "no packet judged".
+func knpJudged(logs, pod string) string {
+	lines := strings.Split(logs, "\n")
+	dst := map[string]string{} // packet id -> "dst proto"
+	hdr := regexp.MustCompile(`^\s*\[(\d+)\] \S+ (\S+) (\w+)$`)
+	fin := regexp.MustCompile(`"Finished syncing packet" id=(\d+) .*verdict="(\w+)"`)
+	count := map[string]int{}
+	var order []string
+	for i, l := range lines {
+		if strings.Contains(l, `"Evaluating packet" srcPod="`+pod+`"`) && i+1 < len(lines) {
+			if m := hdr.FindStringSubmatch(lines[i+1]); m != nil {
+				dst[m[1]] = m[2] + " " + m[3]
+			}
+		}
+		if m := fin.FindStringSubmatch(l); m != nil {
+			if d, ok := dst[m[1]]; ok {
+				k := "to " + d + " " + m[2]
+				if count[k] == 0 {
+					order = append(order, k)
+				}
+				count[k]++
+			}
+		}
+	}
+	if len(order) == 0 {
+		return "no packet judged"
+	}
+	var out []string
+	for _, k := range order {
+		out = append(out, fmt.Sprintf("%s x%d", k, count[k]))
+	}
+	return strings.Join(out, ", ")
+}
+
 // knpVerdicts reads the agent's kube_network_policies_packet_count by
 // verdict, from its metrics on the node IP.
 func knpVerdicts(ctx context.Context, n *testbed.RealNode) map[string]float64 {
@@ -392,24 +428,6 @@ func knpVerdicts(ctx context.Context, n *testbed.RealNode) map[string]float64 {
 	return v
 }
 
-// netpolLog is the last lines of the agents' logs that judged a packet.
-func (r *shapesRun) netpolLog(ctx context.Context, t *testing.T, max int) string {
-	out, err := kubectlOutput(ctx, r.tb, "-n", knpNamespace, "logs", "-l", "app=kube-network-policies", "--tail=2000", "--prefix")
-	if err != nil {
-		return fmt.Sprintf("kubectl logs: %v", err)
-	}
-	var keep []string
-	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "Evaluating packet") || strings.Contains(l, "Egress NetworkPolicies") || strings.Contains(l, "Ingress NetworkPolicies") {
-			keep = append(keep, l)
-		}
-	}
-	if len(keep) > max {
-		keep = keep[len(keep)-max:]
-	}
-	return strings.Join(keep, "\n")
-}
-
 // netpolProbe runs, in namespace ns on the first node, a pod resolving
 // web.default for 8 s through nameserver ("" kubelet's clusterDNS), and
 // says whether it resolved and what it saw.
@@ -423,7 +441,10 @@ func (r *shapesRun) netpolProbe(ctx context.Context, t *testing.T, name, ns, nam
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
 				Name: "resolve", Image: testbed.PodToolImage, ImagePullPolicy: corev1.PullNever,
-				Args: []string{"resolve", "-timeout", "8s", "web.default.svc.cluster.local=" + strings.TrimPrefix(r.checks[0], "web=")},
+				// -delay: the engine judges a pod's packets by its IP, which
+				// it learns from the API server (without NRI); before, the
+				// pod is no pod to it and no policy applies.
+				Args: []string{"resolve", "-delay", "3s", "-timeout", "8s", "web.default.svc.cluster.local=" + strings.TrimPrefix(r.checks[0], "web=")},
 			}},
 		},
 	}
@@ -449,5 +470,11 @@ func (r *shapesRun) netpolProbe(ctx context.Context, t *testing.T, name, ns, nam
 	if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Terminated != nil {
 		msg = strings.TrimSpace(p.Status.ContainerStatuses[0].State.Terminated.Message)
 	}
+	// What the engine on the probe's node did with its packets.
+	logs, err := kubectlOutput(ctx, r.tb, "-n", knpNamespace, "logs", "-l", "app=kube-network-policies", "--since=60s", "--tail=-1")
+	if err != nil {
+		t.Logf("the engine's log: %v", err)
+	}
+	msg += "; the engine: " + knpJudged(logs, ns+"/"+name)
 	return p.Status.Phase == corev1.PodSucceeded, msg
 }
