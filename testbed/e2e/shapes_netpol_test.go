@@ -44,6 +44,10 @@ const (
 	knpMetrics = 9080
 	// docNamespace holds the probe under the commonly documented rule.
 	docNamespace = "netpol-documented"
+	// knpVerbosityEnv sets the agent's --v: 2 (the default) logs every
+	// packet it judges, the probes' evidence; 1 logs none (packet-by-packet
+	// logging costs the agent about a millisecond a packet).
+	knpVerbosityEnv = "NODEDNS_NETPOL_V"
 )
 
 // buildNetpolImage builds the agent from its module (`go install
@@ -131,7 +135,7 @@ spec:
       - name: kube-network-policies
         image: IMAGE
         imagePullPolicy: Never
-        args: [--hostname-override=$(MY_NODE_NAME), --v=2, --nfqueue-id=98, --disable-nri, --metrics-bind-address=:METRICS]
+        args: [--hostname-override=$(MY_NODE_NAME), --v=VERBOSITY, --nfqueue-id=98, --disable-nri, --metrics-bind-address=:METRICS]
         securityContext:
           capabilities: {add: [NET_ADMIN]}
         env:
@@ -204,7 +208,12 @@ func netpolDeploy(ctx context.Context, t *testing.T, r *shapesRun) {
 			t.Fatal(err)
 		}
 	}
-	m := strings.NewReplacer("IMAGE", img.Ref, "METRICS", strconv.Itoa(knpMetrics)).Replace(netpolAgentManifest)
+	v := os.Getenv(knpVerbosityEnv)
+	if v == "" {
+		v = "2"
+	}
+	t.Logf("the engine logs at --v=%s (%s)", v, knpVerbosityEnv)
+	m := strings.NewReplacer("IMAGE", img.Ref, "METRICS", strconv.Itoa(knpMetrics), "VERBOSITY", v).Replace(netpolAgentManifest)
 	r.applyAs(ctx, t, "", m)
 	// Undone in this order: the policies (the agent empties its pod sets),
 	// the agent, then its table, which it leaves behind on SIGTERM (it
@@ -326,13 +335,13 @@ func netpolAtEnd(ctx context.Context, t *testing.T, r *shapesRun) {
 // (this machine's) refuse it, while iptables' NFQUEUE target and the
 // nfnetlink queue the engine reads from work.
 func nftQueueUnsupported(ctx context.Context, n *testbed.RealNode) string {
-	const probe = "table inet nodedns-queue-probe { chain c { type filter hook output priority 0; meta mark 0x4e51 queue num 98 bypass; } }"
+	const probe = "table inet nodedns-queue-probe { chain c { type filter hook output priority 0; meta mark 0x4e51 queue num 98 bypass; }; }"
 	out, err := n.Run(ctx, "nft", probe)
 	if err == nil {
 		_, _ = n.Run(ctx, "nft", "delete", "table", "inet", "nodedns-queue-probe")
 		return ""
 	}
-	return "nft: " + strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	return "nft's queue expression: " + strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 }
 
 // knpQueueRules are the engine's nftables rules (v0.8.0, no admin
@@ -380,20 +389,22 @@ func knpQueueRules() [][]string {
 // "no packet judged".
 func knpJudged(logs, pod string) string {
 	lines := strings.Split(logs, "\n")
-	dst := map[string]string{} // packet id -> "dst proto"
-	hdr := regexp.MustCompile(`^\s*\[(\d+)\] \S+ (\S+) (\w+)$`)
-	fin := regexp.MustCompile(`"Finished syncing packet" id=(\d+) .*verdict="(\w+)"`)
+	// Lines carry the agent pod's name (--prefix): packet ids are each
+	// agent's own sequence.
+	dst := map[string]string{} // agent and packet id -> "dst proto"
+	hdr := regexp.MustCompile(`^(\S+)\s+\[(\d+)\] \S+ (\S+) (\w+)$`)
+	fin := regexp.MustCompile(`^(\S+) .*"Finished syncing packet" id=(\d+) .*verdict="(\w+)"`)
 	count := map[string]int{}
 	var order []string
 	for i, l := range lines {
 		if strings.Contains(l, `"Evaluating packet" srcPod="`+pod+`"`) && i+1 < len(lines) {
 			if m := hdr.FindStringSubmatch(lines[i+1]); m != nil {
-				dst[m[1]] = m[2] + " " + m[3]
+				dst[m[1]+m[2]] = m[3] + " " + m[4]
 			}
 		}
 		if m := fin.FindStringSubmatch(l); m != nil {
-			if d, ok := dst[m[1]]; ok {
-				k := "to " + d + " " + m[2]
+			if d, ok := dst[m[1]+m[2]]; ok {
+				k := "to " + d + " " + m[3]
 				if count[k] == 0 {
 					order = append(order, k)
 				}
@@ -425,6 +436,12 @@ func knpVerdicts(ctx context.Context, n *testbed.RealNode) map[string]float64 {
 		f, _ := strconv.ParseFloat(m[2], 64)
 		v[m[1]] += f
 	}
+	// Packets the queue itself dropped (full) or user space never took.
+	q := regexp.MustCompile(`(?m)^kube_network_policies_nfqueue_(queue_dropped|user_dropped)\{[^}]*\} (\S+)$`)
+	for _, m := range q.FindAllStringSubmatch(string(body), -1) {
+		f, _ := strconv.ParseFloat(m[2], 64)
+		v["nfqueue_"+m[1]] += f
+	}
 	return v
 }
 
@@ -452,6 +469,7 @@ func (r *shapesRun) netpolProbe(ctx context.Context, t *testing.T, name, ns, nam
 		pod.Spec.DNSPolicy = corev1.DNSNone
 		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{nameserver}}
 	}
+	before := knpVerdicts(ctx, r.nodes[0])
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -471,10 +489,11 @@ func (r *shapesRun) netpolProbe(ctx context.Context, t *testing.T, name, ns, nam
 		msg = strings.TrimSpace(p.Status.ContainerStatuses[0].State.Terminated.Message)
 	}
 	// What the engine on the probe's node did with its packets.
-	logs, err := kubectlOutput(ctx, r.tb, "-n", knpNamespace, "logs", "-l", "app=kube-network-policies", "--since=60s", "--tail=-1")
+	logs, err := kubectlOutput(ctx, r.tb, "-n", knpNamespace, "logs", "-l", "app=kube-network-policies", "--since=60s", "--tail=-1", "--prefix")
 	if err != nil {
 		t.Logf("the engine's log: %v", err)
 	}
-	msg += "; the engine: " + knpJudged(logs, ns+"/"+name)
+	after := knpVerdicts(ctx, r.nodes[0])
+	msg += fmt.Sprintf("; the engine: %s; its drops on %s meanwhile: %.0f", knpJudged(logs, ns+"/"+name), r.nodes[0].Name, after["drop"]-before["drop"])
 	return p.Status.Phase == corev1.PodSucceeded, msg
 }
