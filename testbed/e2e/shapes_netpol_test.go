@@ -497,3 +497,27 @@ func (r *shapesRun) netpolProbe(ctx context.Context, t *testing.T, name, ns, nam
 	msg += fmt.Sprintf("; the engine: %s; its drops on %s meanwhile: %.0f", knpJudged(logs, ns+"/"+name), r.nodes[0].Name, after["drop"]-before["drop"])
 	return p.Status.Phase == corev1.PodSucceeded, msg
 }
+
+// TestKnpJudged checks the reading of the engine's log: packet ids are per
+// agent, and only the named pod's packets count.
+func TestKnpJudged(t *testing.T) {
+	const logs = `[pod/knp-a/c] I1207 11:31:42.683818       1 controller.go:567] "Evaluating packet" srcPod="ns/probe" dstPod="none" packet=<
+[pod/knp-a/c] 	[7] 10.244.0.6:54629 10.96.0.10:53 UDP
+[pod/knp-a/c] 	00000000  47 22 01 00 00 01 00 00  00 00 00 01 03 77 65 62  |G"...........web|
+[pod/knp-a/c]  >
+[pod/knp-b/c] I1207 11:31:42.684000       1 controller.go:493] "Finished syncing packet" id=7 duration="1ms" verdict="accept"
+[pod/knp-a/c] I1207 11:31:42.686092       1 controller.go:493] "Finished syncing packet" id=7 duration="1.477728ms" verdict="drop"
+[pod/knp-a/c] I1207 11:31:42.688190       1 controller.go:567] "Evaluating packet" srcPod="ns/other" dstPod="none" packet=<
+[pod/knp-a/c] 	[8] 10.244.0.5:51866 10.96.0.10:53 UDP
+[pod/knp-a/c] I1207 11:31:42.689000       1 controller.go:493] "Finished syncing packet" id=8 duration="1ms" verdict="accept"
+[pod/knp-a/c] I1207 11:31:42.690000       1 controller.go:567] "Evaluating packet" srcPod="ns/probe" dstPod="none" packet=<
+[pod/knp-a/c] 	[9] 10.244.0.6:54630 10.96.0.10:53 UDP
+[pod/knp-a/c] I1207 11:31:42.691000       1 controller.go:493] "Finished syncing packet" id=9 duration="1ms" verdict="drop"
+`
+	if got, want := knpJudged(logs, "ns/probe"), "to 10.96.0.10:53 UDP drop x2"; got != want {
+		t.Errorf("knpJudged = %q, want %q", got, want)
+	}
+	if got, want := knpJudged(logs, "ns/none"), "no packet judged"; got != want {
+		t.Errorf("knpJudged = %q, want %q", got, want)
+	}
+}
