@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/nodedns/nodedns/images"
 	"github.com/nodedns/nodedns/testbed"
@@ -147,7 +151,7 @@ spec:
 // documented DNS rule in both; in the clients' namespace, the rule
 // docs/networkpolicy.md adds for nodedns (iptables mode): the kube-dns
 // ClusterIP and the link-local address, which nodedns holds on the node
-// untracked, so the engine sees them undNATed, and the node subnet, where
+// untracked, so the engine sees them un-NATed, and the node subnet, where
 // the hostNetwork nodedns pods serve behind kube-dns (port 53 in iptables
 // mode) and which the engine does not count as pods.
 const netpolPolicies = `apiVersion: v1
@@ -519,5 +523,46 @@ func TestKnpJudged(t *testing.T) {
 	}
 	if got, want := knpJudged(logs, "ns/none"), "no packet judged"; got != want {
 		t.Errorf("knpJudged = %q, want %q", got, want)
+	}
+}
+
+// TestNetpolManifests: the engine's and the policies' manifests, their
+// placeholders filled as netpolDeploy fills them, decode into the objects
+// the shape needs, none keeping a placeholder.
+func TestNetpolManifests(t *testing.T) {
+	agent := strings.NewReplacer("IMAGE", knpImage, "METRICS", strconv.Itoa(knpMetrics), "VERBOSITY", "2").Replace(netpolAgentManifest)
+	pol := strings.ReplaceAll(netpolPolicies, "NS", docNamespace) + "\n---\n" +
+		strings.NewReplacer("CLUSTERIP", testbed.DNSServiceIP, "NODESUBNET", testbed.NodeSubnet).Replace(netpolNodeDNSPolicy)
+	found := map[string]string{}
+	dec := k8syaml.NewYAMLOrJSONDecoder(strings.NewReader(agent+"\n---\n"+pol), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if u.Object == nil {
+			continue
+		}
+		s := fmt.Sprint(u.Object)
+		for _, p := range []string{"IMAGE", "METRICS", "VERBOSITY", "CLUSTERIP", "NODESUBNET", "namespace:NS"} {
+			if strings.Contains(s, p) {
+				t.Errorf("%s/%s keeps the placeholder %s", u.GetKind(), u.GetName(), p)
+			}
+		}
+		found[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = s
+	}
+	for _, want := range []string{
+		"DaemonSet/" + knpNamespace + "/kube-network-policies", "ClusterRoleBinding//kube-network-policies",
+		"NetworkPolicy/" + docNamespace + "/default-deny-egress", "NetworkPolicy/" + docNamespace + "/allow-dns",
+		"NetworkPolicy/default/allow-nodedns",
+	} {
+		if _, ok := found[want]; !ok {
+			t.Errorf("no %s among %d objects", want, len(found))
+		}
+	}
+	if s := found["NetworkPolicy/default/allow-nodedns"]; !strings.Contains(s, testbed.DNSServiceIP+"/32") || !strings.Contains(s, testbed.NodeSubnet) {
+		t.Errorf("allow-nodedns names neither the ClusterIP nor the node subnet: %s", s)
 	}
 }
