@@ -544,6 +544,7 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 	t.Logf("b: installed in %s", time.Since(start).Round(100*time.Millisecond))
 	r.checkOutcome(ctx, t, s, "b", s.install)
 	if s.afterInstall != nil {
+		steps.begin("b2. the shape's checks after the install", "")
 		s.afterInstall(ctx, t, r)
 	}
 	time.Sleep(10 * time.Second)
