@@ -93,6 +93,9 @@ type shape struct {
 	// keep is coreDNS.keepReplicas in values (the chart's 1 unless set):
 	// the replicas a scaled outcome leaves.
 	keep int32
+	// afterInstall runs once the install is checked, atEnd once the
+	// uninstall is; either may be nil.
+	afterInstall, atEnd func(ctx context.Context, t *testing.T, r *shapesRun)
 }
 
 func shapes() []shape {
@@ -201,6 +204,15 @@ func shapes() []shape {
 		},
 		install: outcome{reason: ""},
 		upgrade: outcome{reason: ""},
+	}, {
+		// kubeadm's DNS, the clients' namespace under default-deny egress
+		// and a real NetworkPolicy engine (shapes_netpol_test.go).
+		name: "netpol", clusterIP: testbed.DNSServiceIP, deployment: "coredns", service: "kube-dns", keep: 1,
+		deploy:       netpolDeploy,
+		install:      outcome{scaled: true},
+		upgrade:      outcome{scaled: true},
+		afterInstall: netpolAfterInstall,
+		atEnd:        netpolAtEnd,
 	}}
 }
 
@@ -543,6 +555,10 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 	waitRolledOut(ctx, t, r.tb, "nodedns", nodes)
 	t.Logf("b: installed in %s", time.Since(start).Round(100*time.Millisecond))
 	r.checkOutcome(ctx, t, s, "b", s.install)
+	if s.afterInstall != nil {
+		steps.begin("b2. the shape's checks after the install", "")
+		s.afterInstall(ctx, t, r)
+	}
 	time.Sleep(10 * time.Second)
 
 	if s.beforeUpgrade != nil {
@@ -607,6 +623,9 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 		}
 	}
 	time.Sleep(10 * time.Second)
+	if s.atEnd != nil {
+		s.atEnd(ctx, t, r)
+	}
 	steps.end()
 }
 

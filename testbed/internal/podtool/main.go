@@ -74,7 +74,9 @@ func pause() {
 func resolve(args []string) int {
 	fs := flag.NewFlagSet("resolve", flag.ExitOnError)
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
+	delay := fs.Duration("delay", 0, "wait this long before the first lookup (a NetworkPolicy engine learns a new pod's IP from the API server)")
 	_ = fs.Parse(args)
+	time.Sleep(*delay)
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	r := &net.Resolver{PreferGo: true}

@@ -1,0 +1,580 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/nodedns/nodedns/images"
+	"github.com/nodedns/nodedns/testbed"
+)
+
+// The netpol shape: kubeadm's DNS, a real NetworkPolicy engine on every
+// node (kube-network-policies, SIG Network's reference implementation,
+// built from its Go module), and the clients' namespace under default-deny
+// egress with the DNS rule docs/networkpolicy.md gives. A second
+// namespace holds only the rule most guides give (egress to
+// k8s-app=kube-dns pods in kube-system on 53); a probe pod there resolves
+// before the install (CoreDNS's pods behind the ClusterIP) and after it
+// (nodedns holding the ClusterIP), and the shape checks what the engine
+// did to it.
+
+// knpModule is the engine's Go module and version; its main package is
+// cmd (the NetworkPolicy agent, admin policies off unless flagged).
+const (
+	knpModule  = "sigs.k8s.io/kube-network-policies"
+	knpVersion = "v0.8.0"
+	knpImage   = "nodedns.test/kube-network-policies:" + knpVersion
+	// knpNamespace is the agent's namespace: not kube-system, which the
+	// matrix empties between shapes.
+	knpNamespace = "kube-network-policies"
+	// knpMetrics is the agent's metrics port (hostNetwork, node IP).
+	knpMetrics = 9080
+	// docNamespace holds the probe under the commonly documented rule.
+	docNamespace = "netpol-documented"
+	// knpVerbosityEnv sets the agent's --v: 1 (the default) logs no
+	// packet; 2 logs every packet it judges, source, destination and
+	// verdict, for the probes' evidence, but costs the agent about a
+	// millisecond a packet: its user space then falls behind its queue and
+	// the kernel drops packets before judgement (measured: 920 a node in
+	// one run, lookups lost with them).
+	knpVerbosityEnv = "NODEDNS_NETPOL_V"
+)
+
+// buildNetpolImage builds the agent from its module (`go install
+// module/cmd@version`, outside this module) into an image of one static
+// binary.
+func buildNetpolImage(ctx context.Context, t *testing.T) testbed.Archive {
+	t.Helper()
+	dir := t.TempDir()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", "-ldflags=-s -w", knpModule+"/cmd@"+knpVersion)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOBIN="+dir, "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install %s/cmd@%s: %v\n%s", knpModule, knpVersion, err, out)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := images.FilesLayer([]images.File{{Path: "bin/netpol", Data: data, Mode: 0o755}}, time.Unix(1_700_000_000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := images.Build(images.Spec{Layers: []v1.Layer{layer}, Entrypoint: []string{"/bin/netpol"}, Created: time.Unix(1_700_000_000, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "netpol.oci.tar")
+	if err := images.WriteArchive(p, img, knpImage, knpVersion); err != nil {
+		t.Fatal(err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-network-policies %s built from its Go module in %s", knpVersion, time.Since(start).Round(time.Second))
+	return testbed.Archive{Ref: knpImage, Path: p, Digest: d.String()}
+}
+
+// netpolAgentManifest is the project's install.yaml, in its own
+// namespace, NRI off (the nodes' containerd runs no NRI), with
+// NET_ADMIN instead of privileged.
+const netpolAgentManifest = `apiVersion: v1
+kind: Namespace
+metadata: {name: kube-network-policies}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: kube-network-policies, namespace: kube-network-policies}
+---
+kind: ClusterRole
+apiVersion: rbac.authorization.k8s.io/v1
+metadata: {name: kube-network-policies}
+rules:
+- apiGroups: [""]
+  resources: [pods, namespaces]
+  verbs: [list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch]
+---
+kind: ClusterRoleBinding
+apiVersion: rbac.authorization.k8s.io/v1
+metadata: {name: kube-network-policies}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-network-policies}
+subjects:
+- {kind: ServiceAccount, name: kube-network-policies, namespace: kube-network-policies}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-network-policies
+  namespace: kube-network-policies
+spec:
+  selector:
+    matchLabels: {app: kube-network-policies}
+  template:
+    metadata:
+      labels: {app: kube-network-policies}
+    spec:
+      hostNetwork: true
+      serviceAccountName: kube-network-policies
+      tolerations: [{operator: Exists, effect: NoSchedule}]
+      containers:
+      - name: kube-network-policies
+        image: IMAGE
+        imagePullPolicy: Never
+        args: [--hostname-override=$(MY_NODE_NAME), --v=VERBOSITY, --nfqueue-id=98, --disable-nri, --metrics-bind-address=:METRICS]
+        securityContext:
+          capabilities: {add: [NET_ADMIN]}
+        env:
+        - name: MY_NODE_NAME
+          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+`
+
+// netpolPolicies: default-deny egress in both namespaces; the commonly
+// documented DNS rule in both; in the clients' namespace, the rule
+// docs/networkpolicy.md adds for nodedns (iptables mode): the kube-dns
+// ClusterIP and the link-local address, which nodedns holds on the node
+// untracked, so the engine sees them un-NATed, and the node subnet, where
+// the hostNetwork nodedns pods serve behind kube-dns (port 53 in iptables
+// mode) and which the engine does not count as pods.
+const netpolPolicies = `apiVersion: v1
+kind: Namespace
+metadata: {name: netpol-documented}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: default-deny-egress, namespace: NS}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-dns, namespace: NS}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: kube-system}
+      podSelector:
+        matchLabels: {k8s-app: kube-dns}
+    ports:
+    - {protocol: UDP, port: 53}
+    - {protocol: TCP, port: 53}
+`
+
+const netpolNodeDNSPolicy = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-nodedns, namespace: default}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - ipBlock: {cidr: CLUSTERIP/32}
+    - ipBlock: {cidr: 169.254.20.10/32}
+    - ipBlock: {cidr: NODESUBNET}
+    ports:
+    - {protocol: UDP, port: 53}
+    - {protocol: TCP, port: 53}
+`
+
+// netpolDeploy is the shape's deploy: kubeadm's CoreDNS, the engine on
+// both nodes, the policies, and a probe under the documented rule alone,
+// which must resolve while CoreDNS's pods serve.
+func netpolDeploy(ctx context.Context, t *testing.T, r *shapesRun) {
+	t.Helper()
+	if err := testbed.DeployCoreDNS(ctx, r.tb.Client(), r.imgs.backend.Ref, 2); err != nil {
+		t.Fatal(err)
+	}
+	img := buildNetpolImage(ctx, t)
+	for _, n := range r.nodes {
+		if err := n.ImportImage(ctx, img.Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := knpVerbosity()
+	t.Logf("the engine logs at --v=%s (%s)", v, knpVerbosityEnv)
+	m := strings.NewReplacer("IMAGE", img.Ref, "METRICS", strconv.Itoa(knpMetrics), "VERBOSITY", v).Replace(netpolAgentManifest)
+	r.applyAs(ctx, t, "", m)
+	// Undone in this order: the policies (the agent empties its pod sets),
+	// the agent, then its table, which it leaves behind on SIGTERM (it
+	// cleans up on SIGINT only) and whose queue rules would drop packets
+	// with no agent reading the queue.
+	t.Cleanup(func() {
+		bg := context.Background()
+		for _, args := range [][]string{
+			{"-n", "default", "delete", "networkpolicy", "--all"},
+			{"delete", "--ignore-not-found", "--timeout=90s", "namespace", docNamespace, knpNamespace},
+			{"delete", "--ignore-not-found", "clusterrole,clusterrolebinding", "kube-network-policies"},
+		} {
+			if out, err := kubectlOutput(bg, r.tb, args...); err != nil {
+				t.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+		for _, n := range r.nodes {
+			_, _ = n.Run(bg, "nft", "delete", "table", "inet", "kube-network-policies")
+			for _, c := range []string{"INPUT", "FORWARD", "POSTROUTING"} {
+				_, _ = n.Run(bg, "iptables", "-t", "mangle", "-D", c, "-j", "KNP-"+c)
+				_, _ = n.Run(bg, "iptables", "-t", "mangle", "-F", "KNP-"+c)
+				_, _ = n.Run(bg, "iptables", "-t", "mangle", "-X", "KNP-"+c)
+			}
+		}
+	})
+	if err := testbed.WaitDaemonSetReady(ctx, r.tb.Client(), knpNamespace, "kube-network-policies", int32(len(r.nodes))); err != nil {
+		t.Fatalf("the engine's DaemonSet: %v\n%s", err, podStates(ctx, r.tb))
+	}
+	var pol []string
+	for _, ns := range []string{"default", docNamespace} {
+		pol = append(pol, strings.ReplaceAll(netpolPolicies, "NS", ns))
+	}
+	pol = append(pol, strings.NewReplacer("CLUSTERIP", r.dnsIP, "NODESUBNET", testbed.NodeSubnet).Replace(netpolNodeDNSPolicy))
+	r.applyAs(ctx, t, "", strings.Join(pol, "\n---\n"))
+	// The engine's table on every node, its queue rules in place; where
+	// the kernel has no nftables queue expression, the same rules as
+	// iptables NFQUEUE rules (knpQueueRules).
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, n := range r.nodes {
+		if err := waitUntil(wctx, func() bool {
+			out, err := n.Run(wctx, "nft", "list", "table", "inet", "kube-network-policies")
+			return err == nil && strings.Contains(string(out), "queue")
+		}); err == nil {
+			continue
+		}
+		if why := nftQueueUnsupported(ctx, n); why == "" {
+			logs, _ := kubectlOutput(ctx, r.tb, "-n", knpNamespace, "logs", "-l", "app=kube-network-policies", "--tail=30")
+			t.Fatalf("%s: no kube-network-policies nftables table, though the kernel has nft's queue; the engine's log:\n%s", n.Name, logs)
+		} else {
+			t.Logf("%s: the engine cannot write its nftables table (%s); its queue rules as iptables NFQUEUE rules instead", n.Name, why)
+		}
+		for _, rule := range knpQueueRules() {
+			if out, err := n.Run(ctx, "iptables", rule...); err != nil {
+				t.Fatalf("%s: iptables %s: %v\n%s", n.Name, strings.Join(rule, " "), err, out)
+			}
+		}
+	}
+	out, _ := r.nodes[0].Run(ctx, "iptables", "-t", "mangle", "-S")
+	t.Logf("%s: iptables -t mangle -S:\n%s", r.nodes[0].Name, out)
+	if ok, why := r.netpolProbe(ctx, t, "probe-a", docNamespace, ""); !ok {
+		t.Fatalf("a: under the documented rule, with CoreDNS's pods behind %s, the probe did not resolve: %s", r.dnsIP, why)
+	}
+}
+
+// netpolAfterInstall checks, with nodedns serving, what the engine does to
+// a lookup under the documented rule alone, and logs the engine's
+// evidence: its ruleset, its verdicts, its log.
+func netpolAfterInstall(ctx context.Context, t *testing.T, r *shapesRun) {
+	t.Helper()
+	// Each address a pod's DNS reaches with nodedns: the ClusterIP and the
+	// link-local address the frontend holds untracked on the node, and the
+	// other node's fallback listener, a hostNetwork pod behind kube-dns
+	// (where kube-proxy's DNAT sends pods' queries when the node's own
+	// frontend does not hold the ClusterIP).
+	other := r.nodes[len(r.nodes)-1].IP.String()
+	for i, p := range []struct {
+		what, ns, nameserver string
+		want                 bool
+	}{
+		{"the ClusterIP held on the node", docNamespace, "", false},
+		{"169.254.20.10", docNamespace, "169.254.20.10", false},
+		{"the fallback listener on " + r.nodes[len(r.nodes)-1].Name + " (" + other + ":53)", docNamespace, other, false},
+		{"the ClusterIP held on the node", "default", "", true},
+		{"169.254.20.10", "default", "169.254.20.10", true},
+		{"the fallback listener on " + r.nodes[len(r.nodes)-1].Name + " (" + other + ":53)", "default", other, true},
+	} {
+		rule := "the documented rule alone"
+		if p.ns == "default" {
+			rule = "the documented rule and docs/networkpolicy.md's"
+		}
+		ok, why := r.netpolProbe(ctx, t, fmt.Sprintf("probe-b%d", i), p.ns, p.nameserver)
+		t.Logf("b: %s, to %s: resolved=%v (%s)", rule, p.what, ok, why)
+		if ok != p.want {
+			t.Errorf("b: %s, to %s: resolved=%v, want %v", rule, p.what, ok, p.want)
+		}
+	}
+	for _, n := range r.nodes {
+		out, _ := n.Run(ctx, "iptables", "-t", "mangle", "-L", "-v", "-n")
+		t.Logf("%s: iptables -t mangle -L -v -n:\n%s", n.Name, out)
+		t.Logf("%s: the engine's verdicts: %v", n.Name, knpVerdicts(ctx, n))
+	}
+}
+
+// netpolAtEnd checks that the engine judged the clients' DNS throughout.
+func netpolAtEnd(ctx context.Context, t *testing.T, r *shapesRun) {
+	t.Helper()
+	for _, n := range r.nodes {
+		v := knpVerdicts(ctx, n)
+		t.Logf("%s: the engine's verdicts over the shape: %v", n.Name, v)
+		if v["accept"] == 0 {
+			t.Errorf("%s: the engine accepted no packet: it judged none of the clients' DNS", n.Name)
+		}
+	}
+}
+
+// knpVerbosity is the agent's --v (knpVerbosityEnv).
+func knpVerbosity() string {
+	if v := os.Getenv(knpVerbosityEnv); v != "" {
+		return v
+	}
+	return "1"
+}
+
+// nftQueueUnsupported says why nft's queue expression cannot be used in
+// n's namespace ("" when it can): kernels built without CONFIG_NFT_QUEUE
+// (this machine's) refuse it, while iptables' NFQUEUE target and the
+// nfnetlink queue the engine reads from work.
+func nftQueueUnsupported(ctx context.Context, n *testbed.RealNode) string {
+	const probe = "table inet nodedns-queue-probe { chain c { type filter hook output priority 0; meta mark 0x4e51 queue num 98 bypass; }; }"
+	out, err := n.Run(ctx, "nft", probe)
+	if err == nil {
+		_, _ = n.Run(ctx, "nft", "delete", "table", "inet", "nodedns-queue-probe")
+		return ""
+	}
+	return "nft's queue expression: " + strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+}
+
+// knpQueueRules are the engine's nftables rules (v0.8.0, no admin
+// policies, its DNS race workaround on: pkg/networkpolicy/controller.go,
+// syncNFTablesRules) as iptables rules, verdicts left to the engine:
+//   - its prerouting chain, at dstnat+5 (after kube-proxy's DNAT): UDP to
+//     port 53 from or to a pod, queued. Here in mangle INPUT and FORWARD
+//     (-150, after the DNAT and the routing decision), which every packet
+//     leaving prerouting goes through; nodedns's filter-table ACCEPTs come
+//     later, as its iptables rules come after the engine's own table;
+//   - its postrouting chain, at srcnat-5: UDP to port 53 (judged above),
+//     root's sockets and established flows accepted, the rest from or to a
+//     pod queued. Here in mangle POSTROUTING (-150, still after DNAT,
+//     before SNAT).
+//
+// The engine queues its sets of the pods that policies select; here
+// every pod (testbed.PodSubnet) is queued, and the engine lets pods no
+// policy selects through.
+func knpQueueRules() [][]string {
+	q := []string{"-j", "NFQUEUE", "--queue-num", "98"}
+	pods := testbed.PodSubnet
+	var rules [][]string
+	for _, c := range []string{"INPUT", "FORWARD", "POSTROUTING"} {
+		rules = append(rules, []string{"-t", "mangle", "-N", "KNP-" + c})
+		ch := []string{"-t", "mangle", "-A", "KNP-" + c}
+		if c == "POSTROUTING" {
+			rules = append(rules,
+				append(slices.Clone(ch), "-p", "udp", "--dport", "53", "-j", "RETURN"),
+				append(slices.Clone(ch), "-m", "owner", "--uid-owner", "0", "-j", "RETURN"),
+				append(slices.Clone(ch), "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"),
+				append(append(slices.Clone(ch), "-s", pods), q...),
+				append(append(slices.Clone(ch), "-d", pods), q...))
+		} else {
+			rules = append(rules,
+				append(append(slices.Clone(ch), "-p", "udp", "--dport", "53", "-s", pods), q...),
+				append(append(slices.Clone(ch), "-p", "udp", "--dport", "53", "-d", pods), q...))
+		}
+		rules = append(rules, []string{"-t", "mangle", "-I", c, "1", "-j", "KNP-" + c})
+	}
+	return rules
+}
+
+// knpJudged summarizes the engine's log (--v=2) for the packets of pod
+// ns/name: each destination, protocol and verdict, with its count, or
+// "no packet judged".
+func knpJudged(logs, pod string) string {
+	lines := strings.Split(logs, "\n")
+	// Lines carry the agent pod's name (--prefix): packet ids are each
+	// agent's own sequence.
+	dst := map[string]string{} // agent and packet id -> "dst proto"
+	hdr := regexp.MustCompile(`^(\S+)\s+\[(\d+)\] \S+ (\S+) (\w+)$`)
+	fin := regexp.MustCompile(`^(\S+) .*"Finished syncing packet" id=(\d+) .*verdict="(\w+)"`)
+	count := map[string]int{}
+	var order []string
+	for i, l := range lines {
+		if strings.Contains(l, `"Evaluating packet" srcPod="`+pod+`"`) && i+1 < len(lines) {
+			if m := hdr.FindStringSubmatch(lines[i+1]); m != nil {
+				dst[m[1]+m[2]] = m[3] + " " + m[4]
+			}
+		}
+		if m := fin.FindStringSubmatch(l); m != nil {
+			if d, ok := dst[m[1]+m[2]]; ok {
+				k := "to " + d + " " + m[3]
+				if count[k] == 0 {
+					order = append(order, k)
+				}
+				count[k]++
+			}
+		}
+	}
+	if len(order) == 0 {
+		return "no packet judged"
+	}
+	var out []string
+	for _, k := range order {
+		out = append(out, fmt.Sprintf("%s x%d", k, count[k]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// knpVerdicts reads the agent's kube_network_policies_packet_count by
+// verdict, from its metrics on the node IP.
+func knpVerdicts(ctx context.Context, n *testbed.RealNode) map[string]float64 {
+	v := map[string]float64{}
+	body, err := n.Run(ctx, "curl", "-sS", "--max-time", "5", fmt.Sprintf("http://%s:%d/metrics", n.IP, knpMetrics))
+	if err != nil {
+		v["unreachable"] = 1
+		return v
+	}
+	re := regexp.MustCompile(`(?m)^kube_network_policies_packet_count\{[^}]*verdict="(\w+)"[^}]*\} (\S+)$`)
+	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
+		f, _ := strconv.ParseFloat(m[2], 64)
+		v[m[1]] += f
+	}
+	// Packets the queue itself dropped (full) or user space never took.
+	q := regexp.MustCompile(`(?m)^kube_network_policies_nfqueue_(queue_dropped|user_dropped)\{[^}]*\} (\S+)$`)
+	for _, m := range q.FindAllStringSubmatch(string(body), -1) {
+		f, _ := strconv.ParseFloat(m[2], 64)
+		v["nfqueue_"+m[1]] += f
+	}
+	return v
+}
+
+// netpolProbe runs, in namespace ns on the first node, a pod resolving
+// web.default for 8 s through nameserver ("" kubelet's clusterDNS), and
+// says whether it resolved and what it saw.
+func (r *shapesRun) netpolProbe(ctx context.Context, t *testing.T, name, ns, nameserver string) (bool, string) {
+	t.Helper()
+	c := r.tb.Client()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"nodedns.test/probe": "netpol"}},
+		Spec: corev1.PodSpec{
+			NodeName:      r.nodes[0].Name,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "resolve", Image: testbed.PodToolImage, ImagePullPolicy: corev1.PullNever,
+				// -delay: the engine judges a pod's packets by its IP, which
+				// it learns from the API server (without NRI); before, the
+				// pod is no pod to it and no policy applies.
+				Args: []string{"resolve", "-delay", "3s", "-timeout", "8s", "web.default.svc.cluster.local=" + strings.TrimPrefix(r.checks[0], "web=")},
+			}},
+		},
+	}
+	if nameserver != "" {
+		pod.Spec.DNSPolicy = corev1.DNSNone
+		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{nameserver}}
+	}
+	before := knpVerdicts(ctx, r.nodes[0])
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) }()
+	var p *corev1.Pod
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := waitUntil(wctx, func() bool {
+		var err error
+		p, err = c.CoreV1().Pods(ns).Get(wctx, name, metav1.GetOptions{})
+		return err == nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed)
+	}); err != nil {
+		t.Fatalf("probe %s/%s: %v\n%s", ns, name, err, podStates(ctx, r.tb))
+	}
+	msg := ""
+	if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Terminated != nil {
+		msg = strings.TrimSpace(p.Status.ContainerStatuses[0].State.Terminated.Message)
+	}
+	// What the engine on the probe's node did: its drops meanwhile and,
+	// at --v=2, the probe's packets by destination and verdict.
+	after := knpVerdicts(ctx, r.nodes[0])
+	msg += fmt.Sprintf("; the engine on %s dropped %.0f packets meanwhile", r.nodes[0].Name, after["drop"]-before["drop"])
+	if v, _ := strconv.Atoi(knpVerbosity()); v >= 2 {
+		logs, err := kubectlOutput(ctx, r.tb, "-n", knpNamespace, "logs", "-l", "app=kube-network-policies", "--since=60s", "--tail=-1", "--prefix")
+		if err != nil {
+			t.Logf("the engine's log: %v", err)
+		}
+		msg += ", its log: " + knpJudged(logs, ns+"/"+name)
+	}
+	return p.Status.Phase == corev1.PodSucceeded, msg
+}
+
+// TestKnpJudged checks the reading of the engine's log: packet ids are per
+// agent, and only the named pod's packets count.
+func TestKnpJudged(t *testing.T) {
+	const logs = `[pod/knp-a/c] I1207 11:31:42.683818       1 controller.go:567] "Evaluating packet" srcPod="ns/probe" dstPod="none" packet=<
+[pod/knp-a/c] 	[7] 10.244.0.6:54629 10.96.0.10:53 UDP
+[pod/knp-a/c] 	00000000  47 22 01 00 00 01 00 00  00 00 00 01 03 77 65 62  |G"...........web|
+[pod/knp-a/c]  >
+[pod/knp-b/c] I1207 11:31:42.684000       1 controller.go:493] "Finished syncing packet" id=7 duration="1ms" verdict="accept"
+[pod/knp-a/c] I1207 11:31:42.686092       1 controller.go:493] "Finished syncing packet" id=7 duration="1.477728ms" verdict="drop"
+[pod/knp-a/c] I1207 11:31:42.688190       1 controller.go:567] "Evaluating packet" srcPod="ns/other" dstPod="none" packet=<
+[pod/knp-a/c] 	[8] 10.244.0.5:51866 10.96.0.10:53 UDP
+[pod/knp-a/c] I1207 11:31:42.689000       1 controller.go:493] "Finished syncing packet" id=8 duration="1ms" verdict="accept"
+[pod/knp-a/c] I1207 11:31:42.690000       1 controller.go:567] "Evaluating packet" srcPod="ns/probe" dstPod="none" packet=<
+[pod/knp-a/c] 	[9] 10.244.0.6:54630 10.96.0.10:53 UDP
+[pod/knp-a/c] I1207 11:31:42.691000       1 controller.go:493] "Finished syncing packet" id=9 duration="1ms" verdict="drop"
+`
+	if got, want := knpJudged(logs, "ns/probe"), "to 10.96.0.10:53 UDP drop x2"; got != want {
+		t.Errorf("knpJudged = %q, want %q", got, want)
+	}
+	if got, want := knpJudged(logs, "ns/none"), "no packet judged"; got != want {
+		t.Errorf("knpJudged = %q, want %q", got, want)
+	}
+}
+
+// TestNetpolManifests: the engine's and the policies' manifests, their
+// placeholders filled as netpolDeploy fills them, decode into the objects
+// the shape needs, none keeping a placeholder.
+func TestNetpolManifests(t *testing.T) {
+	agent := strings.NewReplacer("IMAGE", knpImage, "METRICS", strconv.Itoa(knpMetrics), "VERBOSITY", "2").Replace(netpolAgentManifest)
+	pol := strings.ReplaceAll(netpolPolicies, "NS", docNamespace) + "\n---\n" +
+		strings.NewReplacer("CLUSTERIP", testbed.DNSServiceIP, "NODESUBNET", testbed.NodeSubnet).Replace(netpolNodeDNSPolicy)
+	found := map[string]string{}
+	dec := k8syaml.NewYAMLOrJSONDecoder(strings.NewReader(agent+"\n---\n"+pol), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if u.Object == nil {
+			continue
+		}
+		s := fmt.Sprint(u.Object)
+		for _, p := range []string{"IMAGE", "METRICS", "VERBOSITY", "CLUSTERIP", "NODESUBNET", "namespace:NS"} {
+			if strings.Contains(s, p) {
+				t.Errorf("%s/%s keeps the placeholder %s", u.GetKind(), u.GetName(), p)
+			}
+		}
+		found[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = s
+	}
+	for _, want := range []string{
+		"DaemonSet/" + knpNamespace + "/kube-network-policies", "ClusterRoleBinding//kube-network-policies",
+		"NetworkPolicy/" + docNamespace + "/default-deny-egress", "NetworkPolicy/" + docNamespace + "/allow-dns",
+		"NetworkPolicy/default/allow-nodedns",
+	} {
+		if _, ok := found[want]; !ok {
+			t.Errorf("no %s among %d objects", want, len(found))
+		}
+	}
+	if s := found["NetworkPolicy/default/allow-nodedns"]; !strings.Contains(s, testbed.DNSServiceIP+"/32") || !strings.Contains(s, testbed.NodeSubnet) {
+		t.Errorf("allow-nodedns names neither the ClusterIP nor the node subnet: %s", s)
+	}
+}
