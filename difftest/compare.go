@@ -196,6 +196,12 @@ type history struct {
 	byKey     map[string][]*said
 	mutations []time.Time
 	recent    map[string][]string // per key, the last answers' times and TTLs (for reports)
+	// serials is, per zone, the highest SOA serial the backend answered
+	// with: a higher one seen at t is a change of the backend's data
+	// before t, recorded as a mutation at t. The suite's own mutation
+	// times miss a change the backend's watch applied more than watchLag
+	// late (a loaded machine), or one the suite did not make.
+	serials map[string]uint32
 }
 
 // said is one distinct answer of the backend to one question.
@@ -207,7 +213,7 @@ type said struct {
 }
 
 func newHistory(l holdLimits) *history {
-	return &history{limits: l, byKey: map[string][]*said{}, recent: map[string][]string{}}
+	return &history{limits: l, byKey: map[string][]*said{}, recent: map[string][]string{}, serials: map[string]uint32{}}
 }
 
 // questionKey is the cache key of a query as the frontend forms it.
@@ -256,6 +262,19 @@ func (h *history) add(q, a *dns.Msg, t time.Time) {
 	var ttls []uint32
 	for _, rr := range append(append([]dns.RR{}, a.Answer...), a.Ns...) {
 		ttls = append(ttls, rr.Header().Ttl)
+	}
+	for _, rr := range append(append([]dns.RR{}, a.Answer...), a.Ns...) {
+		soa, ok := rr.(*dns.SOA)
+		if !ok {
+			continue
+		}
+		zone := strings.ToLower(soa.Hdr.Name)
+		if prev, seen := h.serials[zone]; !seen || soa.Serial > prev {
+			if seen {
+				h.mutations = append(h.mutations, t)
+			}
+			h.serials[zone] = soa.Serial
+		}
 	}
 	r := append(h.recent[k], fmt.Sprintf("%s rcode %d TTLs %v", t.Format("15:04:05.000"), a.Rcode, ttls))
 	h.recent[k] = r[max(0, len(r)-6):]

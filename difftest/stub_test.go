@@ -3,6 +3,7 @@ package difftest
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -109,5 +110,33 @@ func TestNormalize(t *testing.T) {
 		if got := normalize(a) == normalize(b); got != tt.equal {
 			t.Errorf("%s: equal %v, want %v\n%s\n%s", tt.name, got, tt.equal, normalize(a), normalize(b))
 		}
+	}
+}
+
+// TestSerialIsAChange: a backend answer with a higher SOA serial than the
+// zone's last is a change of the backend's data, so the frontend's answer
+// with the older serial, within its hold, is aging; without the higher
+// serial (and no mutation of the suite) it is a difference.
+func TestSerialIsAChange(t *testing.T) {
+	q := new(dns.Msg)
+	q.SetQuestion("in-addr.arpa.", dns.TypeNS)
+	answer := func(serial uint32) *dns.Msg {
+		a := new(dns.Msg)
+		a.SetReply(q)
+		a.Authoritative = true
+		a.Ns = []dns.RR{&dns.SOA{Hdr: dns.RR_Header{Name: "in-addr.arpa.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 5},
+			Ns: "ns.dns.in-addr.arpa.", Mbox: "hostmaster.in-addr.arpa.", Serial: serial, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: 30}}
+		return a
+	}
+	t0 := time.Now()
+	h := newHistory(holdLimits{})
+	h.add(q, answer(100), t0)
+	old := answer(100)
+	if h.aged(q, old, t0.Add(time.Second)) {
+		t.Error("no change seen, yet the old answer counts as aged")
+	}
+	h.add(q, answer(130), t0.Add(500*time.Millisecond))
+	if !h.aged(q, old, t0.Add(time.Second)) {
+		t.Error("the backend's serial rose, yet the older answer within its hold is not aged")
 	}
 }
