@@ -176,7 +176,12 @@ func load(args []string) int {
 	var mu sync.Mutex
 	secs := map[int64]*second{}
 	inflight := map[int64]int{}
+	// Nothing is written while mu is held, and the sending loop never
+	// writes: a write the node's disk or the container log holds up must
+	// not stop the lookups being measured.
 	flush := func(all bool) {
+		var b strings.Builder
+		defer func() { _, _ = f.WriteString(b.String()) }()
 		mu.Lock()
 		defer mu.Unlock()
 		now := time.Now().Unix()
@@ -189,7 +194,7 @@ func load(args []string) int {
 		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 		for _, k := range keys {
 			c := secs[k]
-			fmt.Fprintf(f, "%d %d %d %d %d %d %d\n", k, c.sent, c.ok, c.failed, c.lost, c.slow, c.maxMs)
+			fmt.Fprintf(&b, "%d %d %d %d %d %d %d\n", k, c.sent, c.ok, c.failed, c.lost, c.slow, c.maxMs)
 			delete(secs, k)
 			delete(inflight, k)
 		}
@@ -201,6 +206,12 @@ func load(args []string) int {
 		cancel()
 		d := time.Since(start)
 		k := start.Unix()
+		var msg string
+		defer func() {
+			if msg != "" {
+				fmt.Fprint(os.Stderr, msg)
+			}
+		}()
 		mu.Lock()
 		defer mu.Unlock()
 		s := secs[k]
@@ -211,10 +222,10 @@ func load(args []string) int {
 		switch {
 		case err != nil && (errors.Is(err, context.DeadlineExceeded) || d >= *timeout):
 			s.lost++
-			fmt.Fprintf(os.Stderr, "%s lost %s after %s: %v\n", start.UTC().Format("15:04:05.000"), c.name, d.Round(time.Millisecond), err)
+			msg = fmt.Sprintf("%s lost %s after %s: %v\n", start.UTC().Format("15:04:05.000"), c.name, d.Round(time.Millisecond), err)
 		case err != nil || !(c.want == "*" && len(addrs) > 0 || contains(addrs, c.want)):
 			s.failed++
-			fmt.Fprintf(os.Stderr, "%s failed %s after %s: %v %v\n", start.UTC().Format("15:04:05.000"), c.name, d.Round(time.Millisecond), addrs, err)
+			msg = fmt.Sprintf("%s failed %s after %s: %v %v\n", start.UTC().Format("15:04:05.000"), c.name, d.Round(time.Millisecond), addrs, err)
 		default:
 			s.ok++
 			if d > *slow {
@@ -228,13 +239,26 @@ func load(args []string) int {
 	defer tick.Stop()
 	flushTick := time.NewTicker(time.Second)
 	defer flushTick.Stop()
+	flushing := make(chan struct{})
+	stopFlush := make(chan struct{})
+	go func() {
+		defer close(flushing)
+		for {
+			select {
+			case <-stopFlush:
+				return
+			case <-flushTick.C:
+				flush(false)
+			}
+		}
+	}()
 	for i := 0; ; i++ {
 		select {
 		case <-sig:
+			close(stopFlush)
+			<-flushing
 			flush(true)
 			return 0
-		case <-flushTick.C:
-			flush(false)
 		case now := <-tick.C:
 			c := checks[i%len(checks)]
 			if *unique {
