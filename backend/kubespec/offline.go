@@ -16,6 +16,8 @@ import (
 	"github.com/coredns/coredns/plugin/kubernetes/object"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/nodedns/nodedns/backend/internal/atomicfile"
 )
 
 // What a backend does with no API server (docs/fail-open.md):
@@ -107,26 +109,7 @@ func (c *Controller) writeSnapshot(dir string) error {
 	if err != nil {
 		return err
 	}
-	if len(b) > maxSnapshotBytes {
-		return fmt.Errorf("%d bytes, more than the limit of %d: not written", len(b), maxSnapshotBytes)
-	}
-	f, err := os.CreateTemp(dir, SnapshotFile+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // after the rename, nothing
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), filepath.Join(dir, SnapshotFile))
+	return atomicfile.Write(dir, SnapshotFile, b, maxSnapshotBytes)
 }
 
 // readSnapshot reads dir's snapshot; a missing file is (nil, nil).

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/nodedns/nodedns/backend/internal/atomicfile"
 )
 
 // SnapshotFile is the Node set's snapshot in the snapshot directory: the
@@ -54,26 +56,7 @@ func writeSnapshot(dir string, s *netSet, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if len(b) > maxSnapshotBytes {
-		return fmt.Errorf("%d bytes, more than the limit of %d: not written", len(b), maxSnapshotBytes)
-	}
-	f, err := os.CreateTemp(dir, SnapshotFile+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), filepath.Join(dir, SnapshotFile))
+	return atomicfile.Write(dir, SnapshotFile, b, maxSnapshotBytes)
 }
 
 // readSnapshot reads dir's snapshot into a set; a missing file is
