@@ -25,8 +25,8 @@ var kinds = map[string]struct {
 	namespaced bool
 	list       string
 }{
-	"v1/Namespace":     {schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, false, "NamespaceList"},
-	"v1/Service":       {schema.GroupVersionResource{Version: "v1", Resource: "services"}, true, "ServiceList"},
+	"v1/Namespace":      {schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, false, "NamespaceList"},
+	"v1/Service":        {schema.GroupVersionResource{Version: "v1", Resource: "services"}, true, "ServiceList"},
 	"apps/v1/DaemonSet": {schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}, true, "DaemonSetList"},
 }
 
@@ -55,4 +55,3 @@ var _ engine.ClientProvider = emptyCluster{}
 
 // onEmptyCluster is Options{} rendered as `helm install` on a new cluster.
 func onEmptyCluster() Options { return Options{lookup: newEmptyCluster()} }
-

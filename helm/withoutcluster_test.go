@@ -1,10 +1,16 @@
 package helm
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chartutil"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodedns/nodedns/testbed"
 )
 
 // TestWithoutClusterRefuses: rendered as `helm template` does (lookup finds
@@ -118,5 +124,53 @@ func TestWithoutClusterSafe(t *testing.T) {
 	WithoutCluster(in)
 	if in["service"].(map[string]any)["create"] != true {
 		t.Errorf("WithoutCluster changed its argument: %v", in)
+	}
+}
+
+// TestWithoutClusterHelmCommands runs Helm's own install action against a
+// real kube-apiserver the ways the Helm commands set it up, with the
+// default values: the ones that read the cluster render (the check passes
+// on the kube-system the API server creates), the ones that do not are
+// refused. Nothing is installed: every run is a dry run.
+func TestWithoutClusterHelmCommands(t *testing.T) {
+	tb := testbed.StartForTest(t, testbed.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := helmConfig(t, tb)
+	chrt, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		command      string
+		dryRun       string
+		clientOnly   bool
+		readsCluster bool
+	}{
+		{"helm install --dry-run=server", "server", false, true},
+		{"helm install --dry-run=client", "client", false, false},
+		{"helm template --validate", "true", false, false},
+		{"helm template", "true", true, false},
+		{"helm template --dry-run=server", "server", true, true},
+	} {
+		in := action.NewInstall(cfg)
+		in.ReleaseName, in.Namespace = DefaultRelease, DefaultNamespace
+		in.DryRun, in.DryRunOption, in.ClientOnly, in.Replace = true, tc.dryRun, tc.clientOnly, true
+		if tc.clientOnly {
+			kv, err := chartutil.ParseKubeVersion(DefaultKubeVersion)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in.KubeVersion = kv
+		}
+		rel, err := in.RunWithContext(ctx, chrt, nil)
+		switch {
+		case tc.readsCluster && err != nil:
+			t.Errorf("%s: %v", tc.command, err)
+		case tc.readsCluster && !strings.Contains(rel.Manifest, "name: kube-dns"):
+			t.Errorf("%s: no kube-dns Service rendered on a cluster without one", tc.command)
+		case !tc.readsCluster && (err == nil || !strings.Contains(err.Error(), "rendered without a cluster")):
+			t.Errorf("%s: %v, want the refusal of a rendering without a cluster", tc.command, err)
+		}
 	}
 }
