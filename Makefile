@@ -158,7 +158,7 @@ e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node 
 SHAPES     ?= all
 SHAPES_OUT := $(BIN)/shapes.txt
 
-shapes: build ## Run the shape matrix on real nodes (root; about 20 min); last line: shapes: P passed of T (names).
+shapes: build ## Run the shape matrix on real nodes (root; about 24 min); last line: shapes: P passed of T (names).
 	@tools/k8s/build.sh realnode >/dev/null
 	@mkdir -p $(BIN); rm -f $(SHAPES_OUT)
 	@status=0; NODEDNS_SHAPES=$(SHAPES) NODEDNS_SHAPES_SUMMARY=$(CURDIR)/$(SHAPES_OUT) \

@@ -75,7 +75,7 @@ func TestFlagsDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, err := NodeContainers(vals, Options{}, Node{Name: "n", IP: "192.0.2.1"})
+		cs, err := NodeContainers(vals, onEmptyCluster(), Node{Name: "n", IP: "192.0.2.1"})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -193,7 +193,7 @@ func TestDashboardMetrics(t *testing.T) {
 // TestNodeContainersEnv checks the downward API emulation against the
 // DaemonSet: what node tests start is what kubelet would.
 func TestNodeContainersEnv(t *testing.T) {
-	cs, err := NodeContainers(map[string]any{"mode": "node-ip"}, Options{}, Node{Name: "node-a", IP: "192.0.2.7"})
+	cs, err := NodeContainers(map[string]any{"mode": "node-ip"}, onEmptyCluster(), Node{Name: "node-a", IP: "192.0.2.7"})
 	if err != nil {
 		t.Fatal(err)
 	}

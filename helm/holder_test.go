@@ -92,7 +92,7 @@ func TestHolderAcceptsRenderedArgs(t *testing.T) {
 		t.Skip("-short: not building nodedns-frontend")
 	}
 	bin := imageBinary(t, "nodedns-frontend")
-	cs, err := NodeContainers(map[string]any{}, Options{}, Node{Name: "node-a", IP: "192.0.2.7"})
+	cs, err := NodeContainers(map[string]any{}, onEmptyCluster(), Node{Name: "node-a", IP: "192.0.2.7"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func renderKube(t *testing.T, values, kube string) (*Rendering, []Object, map[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Render(vals, Options{KubeVersion: kube})
+	r, err := Render(vals, Options{KubeVersion: kube, lookup: newEmptyCluster()})
 	if err != nil {
 		t.Fatalf("render %q: %v", values, err)
 	}
@@ -396,7 +396,7 @@ func checkConfigMaps(t *testing.T, objs []Object, ds *appsv1.DaemonSet, vals map
 			t.Errorf("volume %s: ConfigMap %s not rendered", v.Name, v.ConfigMap.Name)
 		}
 	}
-	containers, err := NodeContainers(vals, Options{}, Node{Name: "node-a", IP: "192.0.2.7"})
+	containers, err := NodeContainers(vals, onEmptyCluster(), Node{Name: "node-a", IP: "192.0.2.7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +458,7 @@ func TestFrontendArgs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, err := NodeContainers(vals, Options{}, node)
+		cs, err := NodeContainers(vals, onEmptyCluster(), node)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -499,7 +499,7 @@ func TestRenderRejects(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Render(vals, Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Render(vals, onEmptyCluster()); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error saying %q", tc.values, err, tc.want)
 		}
 	}
