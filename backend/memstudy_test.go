@@ -270,7 +270,7 @@ func (s *memRun) cgroup(t *testing.T, name string) *memCgroup {
 	if s.cgRoot == "" {
 		return nil
 	}
-	return newMemCgroup(t, s.cgRoot, s.cgV2, strings.NewReplacer(" ", "_", "(", "", ")", "", ",", "", "=", "").Replace(name))
+	return newMemCgroup(t, s.cgRoot, s.cgV2, strings.NewReplacer(" ", "_", "/", "_", "(", "", ")", "", ",", "", "=", "").Replace(name))
 }
 
 // bin returns the binary a process runs: its own copy with cgroups.
