@@ -39,7 +39,7 @@ func section(doc, name string) string {
 var (
 	longFlag  = regexp.MustCompile("`(--?[a-z][a-z0-9.-]*)")
 	argFlag   = regexp.MustCompile(`^(--?[a-z][a-z0-9.-]*)`)
-	envVarRef = regexp.MustCompile("`(NODEDNS_[A-Z_]+|GOMEMLIMIT|GOGC)`")
+	envVarRef = regexp.MustCompile("`(NODEDNS_[A-Z_]+|GOMEMLIMIT|GOGC|GOMAXPROCS)`")
 )
 
 // TestFlagsDocumented checks every flag the chart passes, in every

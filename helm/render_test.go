@@ -482,6 +482,11 @@ func TestFrontendArgs(t *testing.T) {
 		if !slices.Contains(cs[1].Env, "GOMEMLIMIT=67108864") || !slices.Contains(cs[0].Env, "GOMEMLIMIT=268435456") {
 			t.Errorf("GOMEMLIMIT not the byte count of the limits: %q %q", cs[1].Env, cs[0].Env)
 		}
+		// backend/memstudy_test.go's memChartProcs measures the backend
+		// with this GOMAXPROCS.
+		if !slices.Contains(cs[0].Env, "GOMAXPROCS=2") || slices.ContainsFunc(cs[1].Env, func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") }) {
+			t.Errorf("want GOMAXPROCS=2 in the backend's environment only: %q %q", cs[0].Env, cs[1].Env)
+		}
 	}
 }
 
