@@ -2,6 +2,7 @@ package kubespec
 
 import (
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,6 +129,50 @@ func TestReach(t *testing.T) {
 	r.result(nil, t0.Add(2*time.Second))
 	if r.unreachable(t0.Add(10*time.Second), time.Second) {
 		t.Error("unreachable after a success")
+	}
+}
+
+// TestReachRefused: requests refused in a row (nothing listens at the API
+// server's address) make it unreachable after refusedAfter, not
+// unreachableAfter; another failure between them, or a success, does not.
+// The refusal is a real one, wrapped as client-go's requests wrap it.
+func TestReachRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, err = net.Dial("tcp", addr)
+	if err == nil {
+		t.Fatalf("a dial of the closed %s succeeded", addr)
+	}
+	err = &url.Error{Op: "Get", URL: "https://" + addr + "/version", Err: err}
+	t0 := time.Unix(1700000000, 0)
+	var r reach
+	for i := range refusedRuns {
+		if r.unreachable(t0.Add(refusedAfter), unreachableAfter) {
+			t.Fatalf("unreachable after %d refusals, want %d", i, refusedRuns)
+		}
+		r.result(err, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	if r.unreachable(t0.Add(refusedAfter-time.Millisecond), unreachableAfter) {
+		t.Errorf("unreachable before refusedAfter (%v)", refusedAfter)
+	}
+	if !r.unreachable(t0.Add(refusedAfter), unreachableAfter) {
+		t.Errorf("reachable %v after %d refusals in a row (%v)", refusedAfter, refusedRuns, err)
+	}
+	r.result(os.ErrDeadlineExceeded, t0.Add(50*time.Millisecond))
+	if r.unreachable(t0.Add(time.Second), unreachableAfter) {
+		t.Error("unreachable 1s after the first failure with a timeout after the refusals, want after unreachableAfter")
+	}
+	for i := range refusedRuns {
+		r.result(err, t0.Add(time.Duration(60+i)*time.Millisecond))
+	}
+	r.result(nil, t0.Add(100*time.Millisecond))
+	r.result(err, t0.Add(110*time.Millisecond))
+	if r.unreachable(t0.Add(time.Second), unreachableAfter) {
+		t.Error("unreachable after a success and one refusal")
 	}
 }
 
