@@ -196,6 +196,7 @@ func TestLifecycle(t *testing.T) {
 // cells to add, also when a row stops t; the cluster stops when t ends.
 func lifecycleMode(ctx context.Context, t *testing.T, imgs nodeImages, mode string, rows []lcRow, loop, apiDown time.Duration, add func([]lcCell)) {
 	tb, nodes, checks := kubeadmCluster(ctx, t, imgs)
+	startTrace(ctx, t, tb, nodes)
 	chrt, err := helm.Load()
 	if err != nil {
 		t.Fatal(err)
