@@ -83,6 +83,7 @@ const (
 type reach struct {
 	failedSince atomic.Int64 // Unix nanoseconds of the first failure since the last success; 0: none
 	refused     atomic.Int32 // requests refused in a row (connection refused), since any other outcome
+	last        atomic.Value // the last failure's error, for the log
 }
 
 // result records the outcome of one list or watch request, or probe.
@@ -92,6 +93,7 @@ func (r *reach) result(err error, now time.Time) {
 		r.refused.Store(0)
 		return
 	}
+	r.last.Store(err.Error())
 	if refused(err) {
 		r.refused.Add(1)
 	} else {
@@ -278,7 +280,7 @@ func (c *Controller) startOffline() {
 	probed <- struct{}{}
 	peerLogged := false
 	var down time.Duration // how long every request had failed
-	why := "every request failed"
+	var why string
 	for {
 		select {
 		case <-c.stop:
@@ -292,8 +294,9 @@ func (c *Controller) startOffline() {
 			if f := c.reach.failedSince.Load(); f != 0 {
 				down = now.Sub(time.Unix(0, f)).Round(10 * time.Millisecond)
 			}
+			why = fmt.Sprintf("every request failed, the last with: %v", c.reach.last.Load())
 			if c.reach.refused.Load() >= refusedRuns {
-				why = fmt.Sprintf("%d requests in a row refused", c.reach.refused.Load())
+				why = fmt.Sprintf("%d requests in a row refused: %v", c.reach.refused.Load(), c.reach.last.Load())
 			}
 			if !c.peerServing() {
 				break
