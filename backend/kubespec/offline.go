@@ -29,8 +29,9 @@ import (
 //     watches sync or startup_timeout passes. A backend whose requests to
 //     the API server (its watches' and a probe's) have all failed for
 //     unreachableAfter opens them at once instead, or after refusedAfter
-//     when refusedRuns of them in a row were refused (nothing listens
-//     at the API server's address): external names are answered, and cluster names from
+//     when refusedRuns of them in a row were refused or closed before an
+//     answer (nothing serves at the API server's address): external
+//     names are answered, and cluster names from
 //     the snapshot, if there is one, else SERVFAIL (the plugin's answer
 //     while unsynced) until the watches sync.
 //
@@ -51,11 +52,13 @@ const (
 	// than the reflector's first retry, so that one failed request of a
 	// reachable API server does not open the ports unsynced.
 	unreachableAfter = 2 * time.Second
-	// refusedRuns refused connections in a row, over at least
-	// refusedAfter, are an API server that is not running: nothing
-	// listens at its address (a kube-apiserver stopped or restarting, its
-	// node down with the address's host up). A reachable API server
-	// refuses no connection, so a starting backend need not wait
+	// refusedRuns requests in a row whose connection was refused, reset
+	// or closed before an answer, over at least refusedAfter, are an API
+	// server that is not running: nothing listens at its address (a
+	// kube-apiserver stopped or restarting), or a TCP load balancer or
+	// relay in front of it accepts and closes each connection for want of
+	// one (the testbed's relay does that). A reachable API server turns
+	// no connection away, so a starting backend need not wait
 	// unreachableAfter for it; the ports that wait keeps closed are, in
 	// link-local mode, an endpoint of kube-dns that no API server can
 	// remove meanwhile (docs/apiserver-outage.md).
@@ -66,7 +69,7 @@ const (
 	// start (at most startup_timeout).
 	probeTimeout  = 2 * time.Second
 	probeInterval = 500 * time.Millisecond
-	// refusedProbeInterval follows a refused probe: it cost the API
+	// refusedProbeInterval follows a probe turned away: it cost the API
 	// server nothing.
 	refusedProbeInterval = 100 * time.Millisecond
 	// snapshotInterval is how often a changed store is written.
@@ -82,7 +85,7 @@ const (
 // reach records whether the API server answers the watches' requests.
 type reach struct {
 	failedSince atomic.Int64 // Unix nanoseconds of the first failure since the last success; 0: none
-	refused     atomic.Int32 // requests refused in a row (connection refused), since any other outcome
+	refused     atomic.Int32 // requests in a row turned away (refused), since any other outcome
 	last        atomic.Value // the last failure's error, for the log
 }
 
@@ -102,11 +105,15 @@ func (r *reach) result(err error, now time.Time) {
 	r.failedSince.CompareAndSwap(0, now.UnixNano())
 }
 
-// refused reports whether err is a refused connection.
-func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+// refused reports whether err is a connection refused, reset or closed
+// before any answer: turned away at once, not timed out.
+func refused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
 
 // unreachable reports whether every request for at least d has failed,
-// or for at least refusedAfter with the last refusedRuns refused.
+// or for at least refusedAfter with the last refusedRuns turned away.
 func (r *reach) unreachable(now time.Time, d time.Duration) bool {
 	f := r.failedSince.Load()
 	if f == 0 {
@@ -296,7 +303,7 @@ func (c *Controller) startOffline() {
 			}
 			why = fmt.Sprintf("every request failed, the last with: %v", c.reach.last.Load())
 			if c.reach.refused.Load() >= refusedRuns {
-				why = fmt.Sprintf("%d requests in a row refused: %v", c.reach.refused.Load(), c.reach.last.Load())
+				why = fmt.Sprintf("%d requests in a row turned away: %v", c.reach.refused.Load(), c.reach.last.Load())
 			}
 			if !c.peerServing() {
 				break
