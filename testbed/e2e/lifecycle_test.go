@@ -505,7 +505,15 @@ func lcRows() []lcRow {
 						t.Errorf("kill %s: %v", name, err)
 					}
 				}
+				t.Logf("%s: API server stopped, frontend and backend SIGKILLed at %s", n.Name, down.UTC().Format("15:04:05.000"))
 				time.Sleep(lc.apiDown)
+				// When the restarted backend opened its ports, and why: the
+				// ClusterIP clients' loss lasts until then.
+				for _, l := range strings.Split(n.ContainerLogs("kube-system", pod.Name, 1<<20), "\n") {
+					if strings.Contains(l, "nodedns_kubernetes: no API server") || strings.Contains(l, "stopped relaying") {
+						t.Logf("%s: %s", n.Name, strings.TrimSpace(l))
+					}
+				}
 				if err := lc.tb.StartAPIServer(ctx); err != nil {
 					t.Fatal(err)
 				}
