@@ -147,9 +147,16 @@ func traceCounters(ctx context.Context, t *testing.T, n *testbed.RealNode, file 
 			cur := map[string]string{}
 			if out, err := n.Command(ctx, "conntrack", "-S").CombinedOutput(); err == nil {
 				for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-					if cpu, rest, ok := strings.Cut(l, " "); ok {
-						cur["conntrack "+cpu] = strings.Join(strings.Fields(rest), " ")
+					cpu, rest, _ := strings.Cut(l, " ")
+					// The counts of packets dropped or turned away;
+					// found and search_restart count lookups.
+					var kept []string
+					for _, f := range strings.Fields(rest) {
+						if k, _, _ := strings.Cut(f, "="); k != "found" && k != "search_restart" && k != "insert" {
+							kept = append(kept, f)
+						}
 					}
+					cur["conntrack "+cpu] = strings.Join(kept, " ")
 				}
 			}
 			if out, err := n.Command(ctx, "iptables-save", "-c").CombinedOutput(); err == nil {
