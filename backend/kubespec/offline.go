@@ -242,7 +242,10 @@ func (c *Controller) probe() error {
 	start := c.now()
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	err := c.client.core.Get().AbsPath("/version").Do(ctx).Error()
+	// No retry within the probe: client-go retries a GET whose
+	// connection was reset (up to 10 times, a second apart), which hides
+	// what the probe is for until its deadline.
+	err := c.client.core.Get().AbsPath("/version").MaxRetries(0).Do(ctx).Error()
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
 		err = nil

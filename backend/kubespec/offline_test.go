@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -272,5 +273,48 @@ func TestPeerServing(t *testing.T) {
 	c.dnsAddr = ""
 	if c.peerServing() {
 		t.Errorf("no address: seen serving")
+	}
+}
+
+// TestProbeTurnedAway: the probe, through the controller's real client,
+// of an address whose connections are reset (the testbed's relay to a
+// stopped kube-apiserver, a TCP load balancer with no backend) fails at
+// once and counts as turned away: client-go would retry a reset GET up
+// to 10 times, a second apart, past the probe's bound.
+func TestProbeTurnedAway(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // the ClientHello arrives unread
+			c.Close()
+		}
+	}()
+	client, err := newAPIClient(&rest.Config{Host: "https://" + l.Addr().String(), TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := offlineController()
+	c.client = client
+	c.now = time.Now
+	start := time.Now()
+	err = c.probe()
+	took := time.Since(start)
+	t.Logf("probe: %v after %v", err, took.Round(time.Millisecond))
+	if err == nil || !refused(err) {
+		t.Errorf("probe error %v: not turned away", err)
+	}
+	if took > probeTimeout/2 {
+		t.Errorf("probe failed after %v, want at once (the bound is %v)", took, probeTimeout)
+	}
+	if c.reach.refused.Load() != 1 {
+		t.Errorf("%d turned away recorded, want 1", c.reach.refused.Load())
 	}
 }
