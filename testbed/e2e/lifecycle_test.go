@@ -118,9 +118,9 @@ func lcLoss(row, mode, group string) (string, int) {
 	// (0.3 to 2 s here), the backend's start (0.5 s) and its offline
 	// start: 0.2 s of API requests turned away (backend/kubespec/offline.go;
 	// 2 s of failures, and client-go's retries of a reset GET, before).
-	// 2026-12-07 14:41, link-local, load LCLOAD: kill to open ports 1.8 s,
+	// 2026-12-07 14:41, link-local, load 12.4: kill to open ports 1.8 s,
 	// 121 lost of 15,314 in 3 s (before: 300 to 439 lost, 4 to 5 s); the
-	// local-address clients 0 of LCLOCAL. The bound: 3 s of both nodes'
+	// local-address clients 0 of 15,291. The bound: 3 s of both nodes'
 	// ClusterIP clients.
 	if row == "apiserver-down" && mode == "link-local" && group == lcClusterIP {
 		return "kube-dns's endpoints cannot change with no API server: kube-proxy sends to node-a's killed backend until the restarted one opens its ports (link-local mode)", 3 * 2 * clientRate
