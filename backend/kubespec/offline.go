@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coredns/coredns/plugin/kubernetes/object"
@@ -27,7 +28,10 @@ import (
 //   - Starting, the kubernetes plugin holds the DNS ports closed until the
 //     watches sync or startup_timeout passes. A backend whose requests to
 //     the API server (its watches' and a probe's) have all failed for
-//     unreachableAfter opens them at once instead: external names are answered, and cluster names from
+//     unreachableAfter opens them at once instead, or after refusedAfter
+//     when refusedRuns of them in a row were refused or closed before an
+//     answer (nothing serves at the API server's address): external
+//     names are answered, and cluster names from
 //     the snapshot, if there is one, else SERVFAIL (the plugin's answer
 //     while unsynced) until the watches sync.
 //
@@ -48,11 +52,26 @@ const (
 	// than the reflector's first retry, so that one failed request of a
 	// reachable API server does not open the ports unsynced.
 	unreachableAfter = 2 * time.Second
+	// refusedRuns requests in a row whose connection was refused, reset
+	// or closed before an answer, over at least refusedAfter, are an API
+	// server that is not running: nothing listens at its address (a
+	// kube-apiserver stopped or restarting), or a TCP load balancer or
+	// relay in front of it accepts and closes each connection for want of
+	// one (the testbed's relay does that). A reachable API server turns
+	// no connection away, so a starting backend need not wait
+	// unreachableAfter for it; the ports that wait keeps closed are, in
+	// link-local mode, an endpoint of kube-dns that no API server can
+	// remove meanwhile (docs/apiserver-outage.md).
+	refusedRuns  = 3
+	refusedAfter = 200 * time.Millisecond
 	// probeTimeout bounds a starting backend's probe of the API server,
 	// sent every probeInterval until the watches sync or the servers
 	// start (at most startup_timeout).
 	probeTimeout  = 2 * time.Second
 	probeInterval = 500 * time.Millisecond
+	// refusedProbeInterval follows a probe turned away: it cost the API
+	// server nothing.
+	refusedProbeInterval = 100 * time.Millisecond
 	// snapshotInterval is how often a changed store is written.
 	snapshotInterval = 30 * time.Second
 	// maxSnapshotBytes bounds the snapshot file, read and written: a
@@ -66,21 +85,42 @@ const (
 // reach records whether the API server answers the watches' requests.
 type reach struct {
 	failedSince atomic.Int64 // Unix nanoseconds of the first failure since the last success; 0: none
+	refused     atomic.Int32 // requests in a row turned away (refused), since any other outcome
+	last        atomic.Value // the last failure's error, for the log
 }
 
-// result records the outcome of one list or watch request.
+// result records the outcome of one list or watch request, or probe.
 func (r *reach) result(err error, now time.Time) {
 	if err == nil {
 		r.failedSince.Store(0)
+		r.refused.Store(0)
 		return
+	}
+	r.last.Store(err.Error())
+	if refused(err) {
+		r.refused.Add(1)
+	} else {
+		r.refused.Store(0)
 	}
 	r.failedSince.CompareAndSwap(0, now.UnixNano())
 }
 
-// unreachable reports whether every request for at least d has failed.
+// refused reports whether err is a connection refused, reset or closed
+// before any answer: turned away at once, not timed out.
+func refused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// unreachable reports whether every request for at least d has failed,
+// or for at least refusedAfter with the last refusedRuns turned away.
 func (r *reach) unreachable(now time.Time, d time.Duration) bool {
 	f := r.failedSince.Load()
-	return f != 0 && now.Sub(time.Unix(0, f)) >= d
+	if f == 0 {
+		return false
+	}
+	since := now.Sub(time.Unix(0, f))
+	return since >= d || since >= refusedAfter && r.refused.Load() >= refusedRuns
 }
 
 // snapshot is the file's content.
@@ -198,16 +238,20 @@ func (c *Controller) load(s *snapshot) error {
 // no watch request until the client's TLS handshake timeout (10 s), so
 // the probe's bound is what finds it. An answer of any status is a
 // reachable API server.
-func (c *Controller) probe() {
+func (c *Controller) probe() error {
 	start := c.now()
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	err := c.client.core.Get().AbsPath("/version").Do(ctx).Error()
+	// No retry within the probe: client-go retries a GET whose
+	// connection was reset (up to 10 times, a second apart), which hides
+	// what the probe is for until its deadline.
+	err := c.client.core.Get().AbsPath("/version").MaxRetries(0).Do(ctx).Error()
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
 		err = nil
 	}
 	c.reach.result(err, start)
+	return err
 }
 
 // peerServing reports whether another process answers on the server
@@ -245,6 +289,8 @@ func (c *Controller) startOffline() {
 	probed := make(chan struct{}, 1)
 	probed <- struct{}{}
 	peerLogged := false
+	var down time.Duration // how long every request had failed
+	var why string
 	for {
 		select {
 		case <-c.stop:
@@ -254,7 +300,14 @@ func (c *Controller) startOffline() {
 		if c.informersSynced() {
 			return
 		}
-		if c.reach.unreachable(c.now(), unreachableAfter) {
+		if now := c.now(); c.reach.unreachable(now, unreachableAfter) {
+			if f := c.reach.failedSince.Load(); f != 0 {
+				down = now.Sub(time.Unix(0, f)).Round(10 * time.Millisecond)
+			}
+			why = fmt.Sprintf("every request failed, the last with: %v", c.reach.last.Load())
+			if c.reach.refused.Load() >= refusedRuns {
+				why = fmt.Sprintf("%d requests in a row turned away: %v", c.reach.refused.Load(), c.reach.last.Load())
+			}
 			if !c.peerServing() {
 				break
 			}
@@ -270,23 +323,30 @@ func (c *Controller) startOffline() {
 		}
 		select {
 		case <-probed: // one probe at a time
-			go func() { c.probe(); time.Sleep(probeInterval); probed <- struct{}{} }()
+			go func() {
+				wait := probeInterval
+				if err := c.probe(); err != nil && refused(err) {
+					wait = refusedProbeInterval
+				}
+				time.Sleep(wait)
+				probed <- struct{}{}
+			}()
 		default:
 		}
 	}
 	// The ports open once the snapshot is in the stores, or is not.
 	defer c.openEarly.Store(true)
 	if c.snapshotDir == "" {
-		log.Warningf("no API server for %v: answering without the cluster's names (SERVFAIL) until the watches sync; no snapshot directory is set", unreachableAfter)
+		log.Warningf("no API server for %v (%s): answering without the cluster's names (SERVFAIL) until the watches sync; no snapshot directory is set", down, why)
 		return
 	}
 	s, err := readSnapshot(c.snapshotDir)
 	switch {
 	case err != nil:
-		log.Warningf("no API server for %v; snapshot %s ignored: %v; answering without the cluster's names (SERVFAIL) until the watches sync", unreachableAfter, filepath.Join(c.snapshotDir, SnapshotFile), err)
+		log.Warningf("no API server for %v (%s); snapshot %s ignored: %v; answering without the cluster's names (SERVFAIL) until the watches sync", down, why, filepath.Join(c.snapshotDir, SnapshotFile), err)
 		return
 	case s == nil:
-		log.Warningf("no API server for %v and no snapshot in %s: answering without the cluster's names (SERVFAIL) until the watches sync", unreachableAfter, c.snapshotDir)
+		log.Warningf("no API server for %v (%s) and no snapshot in %s: answering without the cluster's names (SERVFAIL) until the watches sync", down, why, c.snapshotDir)
 		return
 	}
 	if c.informersSynced() {
@@ -303,8 +363,8 @@ func (c *Controller) startOffline() {
 	for _, l := range s.Slices {
 		eps += len(l)
 	}
-	log.Warningf("no API server for %v: serving the snapshot of %s (%d Services, %d EndpointSlices, %d Namespaces) until the watches sync",
-		unreachableAfter, s.Written.Format(time.RFC3339), len(s.Services), eps, len(s.Namespaces))
+	log.Warningf("no API server for %v (%s): serving the snapshot of %s (%d Services, %d EndpointSlices, %d Namespaces) until the watches sync",
+		down, why, s.Written.Format(time.RFC3339), len(s.Services), eps, len(s.Namespaces))
 	for {
 		select {
 		case <-c.stop:

@@ -1,7 +1,10 @@
 package kubespec
 
 import (
+	"crypto/tls"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -131,6 +135,85 @@ func TestReach(t *testing.T) {
 	}
 }
 
+// TestReachRefused: requests turned away in a row (nothing listens at
+// the API server's address, or a relay in front of it accepts and closes
+// each connection) make it unreachable after refusedAfter, not
+// unreachableAfter; another failure between them, or a success, does not.
+// The errors are real ones: a dial of a closed port, and an HTTPS GET (as
+// client-go sends) to a listener that closes what it accepts, as the
+// testbed's relay to a stopped kube-apiserver does.
+func TestReachRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, err = net.Dial("tcp", addr)
+	if err == nil {
+		t.Fatalf("a dial of the closed %s succeeded", addr)
+	}
+	refusedErr := &url.Error{Op: "Get", URL: "https://" + addr + "/version", Err: err}
+
+	closer, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	go func() {
+		for {
+			c, err := closer.Accept()
+			if err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // the ClientHello arrives unread
+			c.Close()
+		}
+	}()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	_, closedErr := client.Get("https://" + closer.Addr().String() + "/version")
+	if closedErr == nil {
+		t.Fatal("a GET through a closing listener succeeded")
+	}
+	_, timeoutErr := (&net.Dialer{Timeout: time.Nanosecond}).Dial("tcp", closer.Addr().String())
+
+	t.Logf("turned away: %v; %v; timed out: %v", refusedErr, closedErr, timeoutErr)
+	for _, turned := range []error{refusedErr, closedErr} {
+		if !refused(turned) {
+			t.Errorf("%v: not seen as turned away", turned)
+		}
+	}
+	if timeoutErr != nil && refused(timeoutErr) {
+		t.Errorf("%v: a timeout seen as turned away", timeoutErr)
+	}
+	t0 := time.Unix(1700000000, 0)
+	var r reach
+	for i := range refusedRuns {
+		if r.unreachable(t0.Add(refusedAfter), unreachableAfter) {
+			t.Fatalf("unreachable after %d refusals, want %d", i, refusedRuns)
+		}
+		r.result([]error{refusedErr, closedErr}[i%2], t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	if r.unreachable(t0.Add(refusedAfter-time.Millisecond), unreachableAfter) {
+		t.Errorf("unreachable before refusedAfter (%v)", refusedAfter)
+	}
+	if !r.unreachable(t0.Add(refusedAfter), unreachableAfter) {
+		t.Errorf("reachable %v after %d requests turned away in a row (%v; %v)", refusedAfter, refusedRuns, refusedErr, closedErr)
+	}
+	r.result(os.ErrDeadlineExceeded, t0.Add(50*time.Millisecond))
+	if r.unreachable(t0.Add(time.Second), unreachableAfter) {
+		t.Error("unreachable 1s after the first failure with a timeout after the refusals, want after unreachableAfter")
+	}
+	for i := range refusedRuns {
+		r.result(refusedErr, t0.Add(time.Duration(60+i)*time.Millisecond))
+	}
+	r.result(nil, t0.Add(100*time.Millisecond))
+	r.result(refusedErr, t0.Add(110*time.Millisecond))
+	if r.unreachable(t0.Add(time.Second), unreachableAfter) {
+		t.Error("unreachable after a success and one refusal")
+	}
+}
+
 // unsynced is an informer that never lists.
 type unsynced struct{ cache.Controller }
 
@@ -190,5 +273,48 @@ func TestPeerServing(t *testing.T) {
 	c.dnsAddr = ""
 	if c.peerServing() {
 		t.Errorf("no address: seen serving")
+	}
+}
+
+// TestProbeTurnedAway: the probe, through the controller's real client,
+// of an address whose connections are reset (the testbed's relay to a
+// stopped kube-apiserver, a TCP load balancer with no backend) fails at
+// once and counts as turned away: client-go would retry a reset GET up
+// to 10 times, a second apart, past the probe's bound.
+func TestProbeTurnedAway(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // the ClientHello arrives unread
+			c.Close()
+		}
+	}()
+	client, err := newAPIClient(&rest.Config{Host: "https://" + l.Addr().String(), TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := offlineController()
+	c.client = client
+	c.now = time.Now
+	start := time.Now()
+	err = c.probe()
+	took := time.Since(start)
+	t.Logf("probe: %v after %v", err, took.Round(time.Millisecond))
+	if err == nil || !refused(err) {
+		t.Errorf("probe error %v: not turned away", err)
+	}
+	if took > probeTimeout/2 {
+		t.Errorf("probe failed after %v, want at once (the bound is %v)", took, probeTimeout)
+	}
+	if c.reach.refused.Load() != 1 {
+		t.Errorf("%d turned away recorded, want 1", c.reach.refused.Load())
 	}
 }

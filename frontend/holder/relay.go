@@ -468,6 +468,13 @@ func (r *relay) exchange(q []byte) ([]byte, error) {
 	return nil, errors.Join(errs...)
 }
 
+// relayRedials is how many more times a refused dial of a relay address
+// is made: with one dead endpoint of two, all six fail one time in 64.
+const relayRedials = 5
+
+// relayDial dials a relay address (a variable for the tests).
+var relayDial = func(d *net.Dialer, addr string) (net.Conn, error) { return d.Dial("tcp", addr) }
+
 // try exchanges q with addr over a pooled connection, or a new one when
 // the pooled one fails before answering (the server closed it idle).
 func (r *relay) try(addr string, q []byte, until time.Time) ([]byte, error) {
@@ -483,7 +490,15 @@ func (r *relay) try(addr string, q []byte, until time.Time) ([]byte, error) {
 		}
 	}
 	d := net.Dialer{Deadline: until}
-	c, err := d.Dial("tcp", addr)
+	c, err := relayDial(&d, addr)
+	// A relay address is a Service's ClusterIP: kube-proxy sends each new
+	// connection to one of its endpoints, and a refusal tells of that one
+	// only (a backend that died and is still listed, as while the API
+	// server is down), so the dial is made again at once, as the
+	// frontend's fallback does (upstream's fallbackRedials).
+	for i := 0; err != nil && i < relayRedials && errors.Is(err, unix.ECONNREFUSED) && time.Now().Before(until); i++ {
+		c, err = relayDial(&d, addr)
+	}
 	if err != nil {
 		return nil, err
 	}

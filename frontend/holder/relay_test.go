@@ -2,6 +2,7 @@ package holder
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"runtime"
@@ -485,5 +486,48 @@ func TestRelayHandsBackTCP(t *testing.T) {
 	r, _ := ask(t, "tcp", addr, new(dns.Msg).SetQuestion("svc.example.", dns.TypeA))
 	if len(r.Answer) != 0 {
 		t.Errorf("a new connection after the hello answered by the relay, want the frontend: %v", r)
+	}
+}
+
+// TestRelayRedialsRefused: a relay address is a ClusterIP whose endpoints
+// kube-proxy picks per connection, and one of them may be a dead backend
+// still listed (the API server down): a refused dial is made again, up
+// to relayRedials more times, before the query gets SERVFAIL. The dials
+// here go to a closed port (a real refusal) for the first refused ones,
+// then to a working target.
+func TestRelayRedialsRefused(t *testing.T) {
+	tg := startTarget(t)
+	down := downTarget(t)
+	for _, tc := range []struct {
+		refused, dials int
+		rcode          int
+	}{
+		{0, 1, dns.RcodeSuccess},
+		{3, 4, dns.RcodeSuccess},
+		{relayRedials, relayRedials + 1, dns.RcodeSuccess},
+		{relayRedials + 1, relayRedials + 1, dns.RcodeServerFailure},
+	} {
+		t.Run(fmt.Sprintf("%d refused", tc.refused), func(t *testing.T) {
+			var dials atomic.Int64
+			old := relayDial
+			relayDial = func(d *net.Dialer, addr string) (net.Conn, error) {
+				if addr != "10.96.0.11:53" {
+					return nil, fmt.Errorf("dial of %s, want 10.96.0.11:53", addr)
+				}
+				if dials.Add(1) <= int64(tc.refused) {
+					return d.Dial("tcp", down)
+				}
+				return d.Dial("tcp", tg.addr)
+			}
+			t.Cleanup(func() { relayDial = old })
+			_, _, addr := relayingHolder(t, []string{"10.96.0.11:53"}, nil)
+			r, took := ask(t, "udp", addr, new(dns.Msg).SetQuestion("svc.example.", dns.TypeA))
+			if r.Rcode != tc.rcode {
+				t.Errorf("rcode %s after %v, want %s", dns.RcodeToString[r.Rcode], took, dns.RcodeToString[tc.rcode])
+			}
+			if n := dials.Load(); n != int64(tc.dials) {
+				t.Errorf("%d dials, want %d", n, tc.dials)
+			}
+		})
 	}
 }

@@ -19,9 +19,11 @@ import (
 
 // traceEnv names a directory where a real-node test that calls
 // startTrace records, with millisecond timestamps, the kube-dns
-// EndpointSlices as kube-proxy sees them and every node's conntrack events
-// for UDP port 53: the evidence for lookups lost while the endpoints
-// change. Unset (the default), startTrace does nothing.
+// EndpointSlices as kube-proxy sees them, every node's conntrack events
+// for UDP port 53, and the changes of every node's counters of dropped
+// packets (conntrack -S, the DROP and REJECT rules' packets): the
+// evidence for lookups lost while the endpoints change. Unset (the
+// default), startTrace does nothing.
 const traceEnv = "NODEDNS_E2E_TRACE"
 
 // startTrace starts the trace of traceEnv's directory, if set, until ctx
@@ -48,6 +50,9 @@ func startTrace(ctx context.Context, t *testing.T, tb *testbed.Testbed, nodes []
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cancel(); _ = cmd.Wait(); f.Close() })
+	}
+	for _, n := range nodes {
+		traceCounters(ctx, t, n, filepath.Join(dir, "counters-"+n.Name+".log"))
 	}
 	f, err := os.Create(filepath.Join(dir, "endpointslices.log"))
 	if err != nil {
@@ -120,4 +125,64 @@ func describeSlice(s *discoveryv1.EndpointSlice, typ watch.EventType) string {
 		}
 	}
 	return strings.Join(eps, " ") + " ports " + strings.Join(ports, ",")
+}
+
+// traceCounters writes to file, every 200 ms, what changed in node n's
+// counters of packets dropped before or by conntrack: `conntrack -S`
+// (drop, early_drop, insert_failed, invalid, clash_resolve, ...) and the
+// packet counts of every DROP and REJECT rule of `iptables-save -c`
+// (kube-proxy's "has no endpoints" REJECT among them), with the time.
+func traceCounters(ctx context.Context, t *testing.T, n *testbed.RealNode, file string) {
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := map[string]string{}
+		for ctx.Err() == nil {
+			now := time.Now().UTC().Format("15:04:05.000")
+			cur := map[string]string{}
+			if out, err := n.Command(ctx, "conntrack", "-S").CombinedOutput(); err == nil {
+				for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+					cpu, rest, _ := strings.Cut(l, " ")
+					// The counts of packets dropped or turned away;
+					// found and search_restart count lookups.
+					var kept []string
+					for _, f := range strings.Fields(rest) {
+						if k, _, _ := strings.Cut(f, "="); k != "found" && k != "search_restart" && k != "insert" {
+							kept = append(kept, f)
+						}
+					}
+					cur["conntrack "+cpu] = strings.Join(kept, " ")
+				}
+			}
+			if out, err := n.Command(ctx, "iptables-save", "-c").CombinedOutput(); err == nil {
+				table := ""
+				for _, l := range strings.Split(string(out), "\n") {
+					if strings.HasPrefix(l, "*") {
+						table = l
+					}
+					if !strings.HasPrefix(l, "[") || !(strings.Contains(l, "-j REJECT") || strings.Contains(l, "-j DROP")) {
+						continue
+					}
+					cnt, rule, _ := strings.Cut(l, " ")
+					cur[table+" "+rule] = cnt
+				}
+			}
+			for k, v := range cur {
+				if last[k] != v {
+					fmt.Fprintf(f, "%s %s: %s\n", now, k, v)
+				}
+			}
+			last = cur
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; f.Close() })
 }
