@@ -146,7 +146,7 @@ clean: ## Remove build output.
 .PHONY: e2e shapes lifecycle
 e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node namespaces, images built here (root; testbed/README.md); the whole shape matrix and the whole lifecycle matrix with them.
 	tools/k8s/build.sh realnode
-	NODEDNS_SHAPES=all $(LIFECYCLE_ENV) $(GO) test -count=1 -timeout 240m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP|TestSlowDomain|TestShapes|TestLifecycle)' ./images/ ./testbed/ ./testbed/e2e/
+	NODEDNS_SHAPES=all $(LIFECYCLE_ENV) $(GO) test -count=1 -timeout 240m -v -run '^(TestRealNode|TestImages|TestHelm|TestMigration|TestLinkLocal|TestNodeIP|TestSlowDomain|TestShapes|TestLifecycle|TestFallbackNodesSource)' ./images/ ./testbed/ ./testbed/e2e/
 
 # `make shapes` runs the shape matrix alone (TestShapes, docs/platforms.md):
 # nodedns installed, upgraded and uninstalled under client load on each
@@ -158,7 +158,7 @@ e2e: ## Run the real-node tests: kubelets with containerd, runc and CNI in node 
 SHAPES     ?= all
 SHAPES_OUT := $(BIN)/shapes.txt
 
-shapes: build ## Run the shape matrix on real nodes (root; about 20 min); last line: shapes: P passed of T (names).
+shapes: build ## Run the shape matrix on real nodes (root; about 24 min); last line: shapes: P passed of T (names).
 	@tools/k8s/build.sh realnode >/dev/null
 	@mkdir -p $(BIN); rm -f $(SHAPES_OUT)
 	@status=0; NODEDNS_SHAPES=$(SHAPES) NODEDNS_SHAPES_SUMMARY=$(CURDIR)/$(SHAPES_OUT) \

@@ -191,8 +191,8 @@ type memStudyConfig struct {
 const (
 	roleFrontend  = "nodedns-frontend"
 	roleHolder    = "holder (frontend hold)"
-	roleSpec      = "nodedns-backend (endpointslices spec, GOGC=" + memChartGOGC + ")"
-	roleAll       = "nodedns-backend (endpointslices all, GOGC=" + memChartGOGC + ")"
+	roleSpec      = "nodedns-backend (endpointslices spec, GOGC=" + memChartGOGC + ", GOMAXPROCS at most " + memChartProcs + ")"
+	roleAll       = "nodedns-backend (endpointslices all, GOGC=" + memChartGOGC + ", GOMAXPROCS at most " + memChartProcs + ")"
 	roleCoreDNS   = "CoreDNS replica (stock, kubeadm Corefile)"
 	roleNodeCache = "node-cache (NodeLocal DNSCache)"
 )
@@ -202,6 +202,20 @@ func memName(role string, cpus int) string { return fmt.Sprintf("%s, %d CPUs", r
 // memChartGOGC is the GOGC the chart gives the backend
 // (helm/nodedns/templates/_backend.tpl).
 const memChartGOGC = "50"
+
+// memChartProcs is the GOMAXPROCS the chart gives the backend
+// (helm/nodedns/templates/_backend.tpl); a node with fewer CPUs has fewer.
+const memChartProcs = "2"
+
+// chartProcs is the backend's GOMAXPROCS on a node of cpus CPUs as the
+// chart runs it.
+func chartProcs(t *testing.T, cpus int) string {
+	n, err := strconv.Atoi(memChartProcs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "GOMAXPROCS=" + strconv.Itoa(min(cpus, n))
+}
 
 // The states after the sizes.
 const (
@@ -270,7 +284,7 @@ func (s *memRun) cgroup(t *testing.T, name string) *memCgroup {
 	if s.cgRoot == "" {
 		return nil
 	}
-	return newMemCgroup(t, s.cgRoot, s.cgV2, strings.NewReplacer(" ", "_", "(", "", ")", "", ",", "", "=", "").Replace(name))
+	return newMemCgroup(t, s.cgRoot, s.cgV2, strings.NewReplacer(" ", "_", "/", "_", "(", "", ")", "", ",", "", "=", "").Replace(name))
 }
 
 // bin returns the binary a process runs: its own copy with cgroups.
@@ -342,17 +356,17 @@ func runMemStudy(t *testing.T, cfg memStudyConfig) *memRun {
 	}
 	for _, c := range cfg.cpus {
 		n := &memNode{cpus: c}
-		n.spec = s.memBackendIn(t, roleSpec, c, "", clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, gogc, "NODEDNS_ENDPOINTSLICES=spec")
+		n.spec = s.memBackendIn(t, roleSpec, c, "", clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, gogc, chartProcs(t, c), "NODEDNS_ENDPOINTSLICES=spec")
 		n.fe = s.startPodFrontend(t, c, n.spec, limit)
 		if cfg.peers {
 			n.nodeCache = s.startNodeCache(t, c, s.coredns.DNS, up.Addr)
 		}
 		s.nodes = append(s.nodes, n)
 	}
-	s.all = s.memBackendIn(t, roleAll, first, "", clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, gogc, "NODEDNS_ENDPOINTSLICES=all")
+	s.all = s.memBackendIn(t, roleAll, first, "", clusterCorefile(t, tb.Kubeconfig), "NODEDNS_UPSTREAM="+up.Addr, limit, gogc, chartProcs(t, first), "NODEDNS_ENDPOINTSLICES=all")
 	if cfg.extra != "" || cfg.extraBin != "" {
 		// The chart's environment first, so that the variant's wins.
-		env := append([]string{"NODEDNS_UPSTREAM=" + up.Addr, limit, gogc, "NODEDNS_ENDPOINTSLICES=spec"}, strings.Fields(cfg.extra)...)
+		env := append([]string{"NODEDNS_UPSTREAM=" + up.Addr, limit, gogc, chartProcs(t, first), "NODEDNS_ENDPOINTSLICES=spec"}, strings.Fields(cfg.extra)...)
 		role := "nodedns-backend (endpointslices spec, " + cfg.extra + ")"
 		if cfg.extraBin != "" {
 			role = cfg.extraBin + " (endpointslices spec"

@@ -76,11 +76,11 @@ func httpOK(url string) bool {
 func (e *env) startSystem(t testing.TB, name string, values map[string]any) *system {
 	t.Helper()
 	node := helm.Node{Name: "difftest", IP: "127.0.0.1"}
-	cs, err := helm.NodeContainers(values, helm.Options{}, node)
+	cs, err := helm.NodeContainers(helm.WithoutCluster(values), helm.Options{}, node)
 	if err != nil {
 		t.Fatalf("render the chart: %v", err)
 	}
-	r, err := helm.Render(values, helm.Options{})
+	r, err := helm.Render(helm.WithoutCluster(values), helm.Options{})
 	if err != nil {
 		t.Fatalf("render the chart: %v", err)
 	}

@@ -14,13 +14,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodedns/nodedns/frontend/holder"
+	"github.com/nodedns/nodedns/frontend/srcpolicy"
 	"github.com/nodedns/nodedns/shared/logging"
 )
 
 // holdConfig is the command line of `nodedns-frontend hold`.
 type holdConfig struct {
-	holder   holder.Config
-	logLevel string
+	holder        holder.Config
+	allowNetworks []string
+	logLevel      string
 }
 
 // newHoldFlagSet registers the flags of `hold`. README.md's HOLDER section
@@ -36,6 +38,7 @@ func newHoldFlagSet(cfg *holdConfig, out io.Writer) *flag.FlagSet {
 	durationVar(fs, &cfg.holder.Timeout, "hold-timeout", holder.DefaultTimeout, "how long the sockets of a frontend that died are kept for the next one (without --relay)")
 	fs.Var((*listFlag)(&cfg.holder.Relay), "relay", "`ADDR[,ADDR]` (IP:port) of DNS servers, over TCP, through which the held sockets are answered while no frontend runs (the frontend's --fallback); empty: only held")
 	durationVar(fs, &cfg.holder.RelayAfter, "relay-after", holder.DefaultRelayAfter, "how long after a frontend died the holder starts answering its sockets through --relay")
+	fs.Var((*listFlag)(&cfg.allowNetworks), "allow-networks", "`CIDR[,CIDR]` of the clients answered through --relay, and the word local (the frontend's --allow-networks, the same policy); others get REFUSED (UDP) or a closed connection (TCP). Empty answers everybody")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn or error")
 	return fs
 }
@@ -65,6 +68,9 @@ func parseHoldConfig(args []string, out io.Writer) (holdConfig, error) {
 		if _, err := netip.ParseAddrPort(a); err != nil {
 			errs = append(errs, fmt.Errorf("--relay %q: want IP:port (the holder resolves no name)", a))
 		}
+	}
+	if _, err := srcpolicy.Parse(cfg.allowNetworks, srcpolicy.KernelRouter); err != nil {
+		errs = append(errs, fmt.Errorf("--allow-networks: %w", err))
 	}
 	if cfg.holder.RelayAfter <= 0 {
 		errs = append(errs, fmt.Errorf("--relay-after %v: must be positive", cfg.holder.RelayAfter))
@@ -108,6 +114,14 @@ func hold(ctx context.Context, cfg holdConfig) error {
 	}
 	defer func() { _ = log.Sync() }()
 	log = log.Named("holder")
+	// The frontend's policy, for the relay: route lookups of "local" only
+	// while relaying, off the frontend's path.
+	sources, err := srcpolicy.Parse(cfg.allowNetworks, srcpolicy.KernelRouter)
+	if err != nil {
+		return fmt.Errorf("--allow-networks: %w", err)
+	}
+	go sources.Run(ctx)
+	cfg.holder.Sources = sources
 	h, err := holder.New(cfg.holder, log)
 	if err != nil {
 		return err

@@ -55,6 +55,10 @@ func TestHoldFlags(t *testing.T) {
 		{[]string{"--holder-dir=/run/h", "--relay-after=0s"}, false},
 		{[]string{"--holder-dir=/run/h", "--relay-after=-1s"}, false},
 		{[]string{"--holder-dir=/run/h", "--relay-after=1"}, false},
+		{[]string{"--holder-dir=/run/h", "--relay=10.96.0.11:5301", "--allow-networks=local,10.244.0.0/16,2001:db8::/56"}, true},
+		{[]string{"--holder-dir=/run/h", "--allow-networks="}, true},
+		{[]string{"--holder-dir=/run/h", "--allow-networks=local,10.244.0.0/33"}, false},
+		{[]string{"--holder-dir=/run/h", "--allow-networks=pods"}, false},
 	} {
 		_, err := parseHoldConfig(tc.args, io.Discard)
 		if (err == nil) != tc.ok {

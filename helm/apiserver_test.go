@@ -17,7 +17,7 @@ import (
 	"github.com/nodedns/nodedns/testbed"
 )
 
-// TestInstallAndRBAC installs the default rendering (pod.yaml's objects)
+// TestInstallAndRBAC installs the default rendering on a new cluster
 // into a real kube-apiserver with strict server-side field validation, then
 // checks, as the chart's ServiceAccount, that its ClusterRole grants list
 // and watch of services, endpointslices and namespaces and nothing else.
@@ -26,7 +26,7 @@ func TestInstallAndRBAC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	r, err := Render(nil, Options{})
+	r, err := Render(nil, onEmptyCluster())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func freePort(t *testing.T) string {
 func runChartBackend(t *testing.T, ctx context.Context, kubeconfig string) string {
 	t.Helper()
 	vals := map[string]any{"upstreams": []any{"127.0.0.1:1"}}
-	r, err := Render(vals, Options{})
+	r, err := Render(vals, onEmptyCluster())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func runChartBackend(t *testing.T, ctx context.Context, kubeconfig string) strin
 		t.Fatal(err)
 	}
 
-	cs, err := NodeContainers(vals, Options{}, Node{Name: "node-a", IP: "127.0.0.1"})
+	cs, err := NodeContainers(vals, onEmptyCluster(), Node{Name: "node-a", IP: "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func section(doc, name string) string {
 var (
 	longFlag  = regexp.MustCompile("`(--?[a-z][a-z0-9.-]*)")
 	argFlag   = regexp.MustCompile(`^(--?[a-z][a-z0-9.-]*)`)
-	envVarRef = regexp.MustCompile("`(NODEDNS_[A-Z_]+|GOMEMLIMIT|GOGC)`")
+	envVarRef = regexp.MustCompile("`(NODEDNS_[A-Z_]+|GOMEMLIMIT|GOGC|GOMAXPROCS)`")
 )
 
 // TestFlagsDocumented checks every flag the chart passes, in every
@@ -75,7 +75,7 @@ func TestFlagsDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, err := NodeContainers(vals, Options{}, Node{Name: "n", IP: "192.0.2.1"})
+		cs, err := NodeContainers(vals, onEmptyCluster(), Node{Name: "n", IP: "192.0.2.1"})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -193,7 +193,7 @@ func TestDashboardMetrics(t *testing.T) {
 // TestNodeContainersEnv checks the downward API emulation against the
 // DaemonSet: what node tests start is what kubelet would.
 func TestNodeContainersEnv(t *testing.T) {
-	cs, err := NodeContainers(map[string]any{"mode": "node-ip"}, Options{}, Node{Name: "node-a", IP: "192.0.2.7"})
+	cs, err := NodeContainers(map[string]any{"mode": "node-ip"}, onEmptyCluster(), Node{Name: "node-a", IP: "192.0.2.7"})
 	if err != nil {
 		t.Fatal(err)
 	}

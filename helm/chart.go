@@ -47,8 +47,12 @@ type Options struct {
 	KubeVersion string
 	// Cluster, when set, is the API server the templates' lookup calls
 	// read, as `helm install` has it; nil renders as `helm template` does,
-	// where lookup finds nothing.
+	// where lookup finds nothing and the chart refuses values that are
+	// unsafe without a cluster (WithoutCluster gives the safe ones).
 	Cluster *rest.Config
+	// lookup, when set and Cluster is nil, answers the templates' lookup
+	// calls: the unit tests' cluster that has nothing in it yet.
+	lookup engine.ClientProvider
 }
 
 func (o Options) withDefaults() Options {
@@ -97,6 +101,48 @@ func ParseValues(data string) (map[string]any, error) {
 	return v, nil
 }
 
+// DefaultClusterIP is the DNS ClusterIP WithoutCluster sets when values
+// give none: kubeadm's, the testbed's.
+const DefaultClusterIP = "10.96.0.10"
+
+// WithoutCluster returns a copy of values with the values a rendering
+// without a cluster (`helm template`, Argo CD) must set, as docs/gitops.md
+// lists them: service.create false, coreDNS.deployment "" (no handoff
+// hooks) and service.clusterIP, DefaultClusterIP unless values set it.
+// For renderings that are without a cluster on purpose: pod.yaml, and the
+// tests and generators that need the pod's containers and ConfigMaps.
+func WithoutCluster(values map[string]any) map[string]any {
+	out := copyValues(values)
+	svc, _ := out["service"].(map[string]any)
+	if svc == nil {
+		svc = map[string]any{}
+	}
+	svc["create"] = false
+	if ip, _ := svc["clusterIP"].(string); ip == "" {
+		svc["clusterIP"] = DefaultClusterIP
+	}
+	out["service"] = svc
+	dns, _ := out["coreDNS"].(map[string]any)
+	if dns == nil {
+		dns = map[string]any{}
+	}
+	dns["deployment"] = ""
+	out["coreDNS"] = dns
+	return out
+}
+
+// copyValues copies the maps of values (other values are shared).
+func copyValues(values map[string]any) map[string]any {
+	out := make(map[string]any, len(values))
+	for k, v := range values {
+		if m, ok := v.(map[string]any); ok {
+			v = copyValues(m)
+		}
+		out[k] = v
+	}
+	return out
+}
+
 // Rendering is the output of one chart rendering.
 type Rendering struct {
 	// Manifests are the rendered objects in Helm's install order, each
@@ -136,9 +182,12 @@ func Render(values map[string]any, opts Options) (*Rendering, error) {
 		return nil, fmt.Errorf("values: %w", err)
 	}
 	var out map[string]string
-	if opts.Cluster != nil {
+	switch {
+	case opts.Cluster != nil:
 		out, err = engine.RenderWithClient(c, vals, opts.Cluster)
-	} else {
+	case opts.lookup != nil:
+		out, err = engine.RenderWithClientProvider(c, vals, opts.lookup)
+	default:
 		out, err = engine.Render(c, vals)
 	}
 	if err != nil {

@@ -36,7 +36,7 @@ func TestClusterDomainShared(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cs, err := NodeContainers(vals, Options{}, Node{Name: "node-a", IP: "192.0.2.7"})
+			cs, err := NodeContainers(vals, onEmptyCluster(), Node{Name: "node-a", IP: "192.0.2.7"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +47,7 @@ func TestClusterDomainShared(t *testing.T) {
 					t.Errorf("frontend command %q lacks %s%s", fe, flag, want)
 				}
 			}
-			r, err := Render(vals, Options{})
+			r, err := Render(vals, onEmptyCluster())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -71,7 +71,7 @@ func TestCorefileMatchesBackend(t *testing.T) {
 	if cm == nil {
 		t.Fatal("no backend ConfigMap")
 	}
-	cs, err := NodeContainers(nil, Options{}, Node{Name: "n", IP: "192.0.2.1"})
+	cs, err := NodeContainers(nil, onEmptyCluster(), Node{Name: "n", IP: "192.0.2.1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestEndpointSlicesValue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := Render(vals, Options{})
+			r, err := Render(vals, onEmptyCluster())
 			if tc.want == "" {
 				// values.schema.json names the key and the values allowed.
 				if err == nil || !strings.Contains(err.Error(), `at '/backend/endpointSlices': value must be one of 'spec', 'all'`) {
@@ -46,7 +46,7 @@ func TestEndpointSlicesValue(t *testing.T) {
 			if i < 0 || i+1 >= len(lines) || lines[i+1] != "endpointslices {$NODEDNS_ENDPOINTSLICES}" {
 				t.Fatalf("no nodedns_kubernetes stanza opening with endpointslices {$NODEDNS_ENDPOINTSLICES}:\n%s", corefile)
 			}
-			cs, err := NodeContainers(vals, Options{}, Node{Name: "n", IP: "192.0.2.1"})
+			cs, err := NodeContainers(vals, onEmptyCluster(), Node{Name: "n", IP: "192.0.2.1"})
 			if err != nil {
 				t.Fatal(err)
 			}

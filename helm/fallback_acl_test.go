@@ -57,7 +57,7 @@ func TestFallbackListenerRestricted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, err := NodeContainers(vals, Options{}, Node{Name: "node-a", IP: "192.0.2.7"})
+		cs, err := NodeContainers(vals, onEmptyCluster(), Node{Name: "node-a", IP: "192.0.2.7"})
 		if err != nil {
 			t.Fatal(err)
 		}

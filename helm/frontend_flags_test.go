@@ -44,7 +44,7 @@ func TestChartWiresEveryFrontendFlag(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, err := NodeContainers(vals, Options{}, Node{Name: "n", IP: "192.0.2.1"})
+		cs, err := NodeContainers(vals, onEmptyCluster(), Node{Name: "n", IP: "192.0.2.1"})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

@@ -92,7 +92,7 @@ func TestHolderAcceptsRenderedArgs(t *testing.T) {
 		t.Skip("-short: not building nodedns-frontend")
 	}
 	bin := imageBinary(t, "nodedns-frontend")
-	cs, err := NodeContainers(map[string]any{}, Options{}, Node{Name: "node-a", IP: "192.0.2.7"})
+	cs, err := NodeContainers(map[string]any{}, onEmptyCluster(), Node{Name: "node-a", IP: "192.0.2.7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,8 @@ func TestHolderAcceptsRenderedArgs(t *testing.T) {
 
 // TestHolderRelay: with the fallback Service, the holder relays through
 // it (--relay is the frontend's --fallback, whatever the mode and address
-// family); without it, the holder only holds.
+// family), answering the frontend's --allow-networks; without it, the
+// holder only holds.
 func TestHolderRelay(t *testing.T) {
 	for _, tc := range []struct {
 		values string
@@ -180,6 +181,7 @@ func TestHolderRelay(t *testing.T) {
 	}{
 		{``, "10.96.0.11:53"},
 		{`holder: {relayAfter: 3s}`, "10.96.0.11:53"},
+		{`frontend: {allowedNetworks: [local, 10.244.0.0/16, "2001:db8:244::/56"]}`, "10.96.0.11:53"},
 		{`mode: node-ip`, "10.96.0.11:5301"},
 		{"localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}\nfallback: {clusterIP: fd00:10:96::b}", "[fd00:10:96::b]:53"},
 		{`fallback: {enabled: false}`, ""},
@@ -209,6 +211,10 @@ func TestHolderRelay(t *testing.T) {
 		}
 		if !slices.Contains(args, "--relay="+tc.relay) || !hasFlag("--relay-after=") {
 			t.Errorf("%q: holder args %q: want --relay=%s and --relay-after", tc.values, args, tc.relay)
+		}
+		// The relay answers whom the frontend answers.
+		if allow := frontendSetting(t, r, "allow-networks"); !slices.Contains(args, "--allow-networks="+allow) {
+			t.Errorf("%q: holder args %q: want --allow-networks=%s, the frontend's", tc.values, args, allow)
 		}
 		if tc.values == `holder: {relayAfter: 3s}` && !slices.Contains(args, "--relay-after=3s") {
 			t.Errorf("%q: holder args %q: want --relay-after=3s", tc.values, args)

@@ -65,7 +65,7 @@ func TestKubeletConfigMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Render(vals, Options{}); err == nil || !strings.Contains(err.Error(), "kubeletConfig") {
+	if _, err := Render(vals, onEmptyCluster()); err == nil || !strings.Contains(err.Error(), "kubeletConfig") {
 		t.Errorf("a relative kubeletConfig rendered (err %v)", err)
 	}
 }

@@ -49,7 +49,7 @@ func TestPodSecurityAdmission(t *testing.T) {
 		return err
 	}
 	// The pod the DaemonSet would make, from the template as rendered.
-	r, err := Render(nil, Options{})
+	r, err := Render(nil, onEmptyCluster())
 	if err != nil {
 		t.Fatal(err)
 	}

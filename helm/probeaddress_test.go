@@ -221,7 +221,7 @@ func TestProbeAddressValues(t *testing.T) {
 		"10.0.0.1", "127.0.0.256", "127.1", "::1", "localhost", "127.01.2.3", " 127.1.2.1", "automatic", "127",
 	} {
 		vals := map[string]any{"probeAddress": bad}
-		_, err := Render(vals, Options{})
+		_, err := Render(vals, onEmptyCluster())
 		if err == nil || !strings.Contains(err.Error(), "probeAddress must be") {
 			t.Errorf("probeAddress %q: %v, want a render error naming probeAddress", bad, err)
 		}

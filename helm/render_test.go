@@ -71,7 +71,7 @@ func renderKube(t *testing.T, values, kube string) (*Rendering, []Object, map[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Render(vals, Options{KubeVersion: kube})
+	r, err := Render(vals, Options{KubeVersion: kube, lookup: newEmptyCluster()})
 	if err != nil {
 		t.Fatalf("render %q: %v", values, err)
 	}
@@ -396,7 +396,7 @@ func checkConfigMaps(t *testing.T, objs []Object, ds *appsv1.DaemonSet, vals map
 			t.Errorf("volume %s: ConfigMap %s not rendered", v.Name, v.ConfigMap.Name)
 		}
 	}
-	containers, err := NodeContainers(vals, Options{}, Node{Name: "node-a", IP: "192.0.2.7"})
+	containers, err := NodeContainers(vals, onEmptyCluster(), Node{Name: "node-a", IP: "192.0.2.7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +458,7 @@ func TestFrontendArgs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, err := NodeContainers(vals, Options{}, node)
+		cs, err := NodeContainers(vals, onEmptyCluster(), node)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -482,6 +482,11 @@ func TestFrontendArgs(t *testing.T) {
 		if !slices.Contains(cs[1].Env, "GOMEMLIMIT=67108864") || !slices.Contains(cs[0].Env, "GOMEMLIMIT=268435456") {
 			t.Errorf("GOMEMLIMIT not the byte count of the limits: %q %q", cs[1].Env, cs[0].Env)
 		}
+		// backend/memstudy_test.go's memChartProcs measures the backend
+		// with this GOMAXPROCS.
+		if !slices.Contains(cs[0].Env, "GOMAXPROCS=2") || slices.ContainsFunc(cs[1].Env, func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") }) {
+			t.Errorf("want GOMAXPROCS=2 in the backend's environment only: %q %q", cs[0].Env, cs[1].Env)
+		}
 	}
 }
 
@@ -499,7 +504,7 @@ func TestRenderRejects(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Render(vals, Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Render(vals, onEmptyCluster()); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error saying %q", tc.values, err, tc.want)
 		}
 	}

@@ -41,7 +41,7 @@ func TestSchemaRejects(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = Render(vals, Options{})
+		_, err = Render(vals, onEmptyCluster())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error with %q", tc.values, err, tc.want)
 		}

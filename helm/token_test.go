@@ -10,7 +10,7 @@ import (
 // gets it where client-go's in-cluster configuration reads it.
 func TestTokenOnlyInBackend(t *testing.T) {
 	for _, mode := range []string{"iptables", "link-local", "node-ip"} {
-		r, err := Render(map[string]any{"mode": mode}, Options{})
+		r, err := Render(map[string]any{"mode": mode}, onEmptyCluster())
 		if err != nil {
 			t.Fatal(err)
 		}

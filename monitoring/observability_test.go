@@ -73,7 +73,7 @@ func TestObservability(t *testing.T) {
 	ns := node.Netns
 	startUpstream(t, ns)
 
-	r, err := helm.Render(chartValues, helm.Options{})
+	r, err := helm.Render(helm.WithoutCluster(chartValues), helm.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestObservability(t *testing.T) {
 	if dashboard == "" {
 		t.Fatalf("no dashboard ConfigMap rendered: %s", helm.Kinds(objs))
 	}
-	cs, err := helm.NodeContainers(chartValues, helm.Options{}, helm.Node{Name: node.Name, IP: node.IP.String()})
+	cs, err := helm.NodeContainers(helm.WithoutCluster(chartValues), helm.Options{}, helm.Node{Name: node.Name, IP: node.IP.String()})
 	if err != nil {
 		t.Fatal(err)
 	}

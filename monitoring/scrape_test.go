@@ -169,7 +169,7 @@ func contains(list []string, s string) bool {
 // chartMonitoring renders the chart with values and returns its
 // ServiceMonitor and the metrics Service it selects.
 func chartMonitoring(values map[string]any) (*unstructured.Unstructured, *corev1.Service, error) {
-	r, err := helm.Render(values, helm.Options{})
+	r, err := helm.Render(helm.WithoutCluster(values), helm.Options{})
 	if err != nil {
 		return nil, nil, err
 	}

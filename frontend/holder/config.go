@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"path/filepath"
 	"time"
+
+	"github.com/nodedns/nodedns/frontend/srcpolicy"
 )
 
 // SocketName is the name of the holder's unix socket in its directory.
@@ -68,6 +70,11 @@ type Config struct {
 	// RelayMaxConns bounds the clients' TCP connections served while
 	// relaying; DefaultRelayMaxConns when zero.
 	RelayMaxConns int
+	// Sources is who the relay answers: the frontend's --allow-networks,
+	// the same policy. A UDP query from another source gets REFUSED, a TCP
+	// connection from one is closed at accept, as the frontend does; both
+	// are counted (denied, in the relay's log). Nil: everybody.
+	Sources *srcpolicy.Policy
 }
 
 // Validate reports what is wrong with c.

@@ -51,6 +51,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodedns/nodedns/frontend/internal/fdpass"
+	"github.com/nodedns/nodedns/frontend/srcpolicy"
 )
 
 // handshakeTimeout bounds each exchange of the protocol: both ends are on
@@ -345,8 +346,16 @@ func (h *Holder) startRelayLocked() {
 	}
 	h.relay = r
 	h.log.Warn("no frontend runs: answering the held sockets through the relay until one says hello",
-		zap.Strings("relay", h.cfg.Relay), zap.Int("sockets", len(h.fds)),
+		zap.Strings("relay", h.cfg.Relay), zap.Int("sockets", len(h.fds)), zap.String("allow_networks", allowNetworks(h.cfg.Sources)),
 		zap.String("why", "no frontend said hello within "+h.cfg.RelayAfter.String()+" of the last one's death"))
+}
+
+// allowNetworks is p for the log: the policy as given, or "everybody".
+func allowNetworks(p *srcpolicy.Policy) string {
+	if p == nil {
+		return "everybody"
+	}
+	return p.String()
 }
 
 // stopRelayLocked stops the relay timer and the relay: the relay stops

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,9 @@ const (
 	relayIdleTimeout = 5 * time.Second
 	// relayClientIdle closes a client's TCP connection idle this long.
 	relayClientIdle = 10 * time.Second
+	// deniedLogEvery bounds the log lines about sources outside
+	// Config.Sources: the first one, then at most one a minute.
+	deniedLogEvery = time.Minute
 )
 
 // relay answers the queries that reach held sockets while no frontend
@@ -50,6 +54,10 @@ type relay struct {
 	start   time.Time
 
 	relayed, servfail, formerr, dropped atomic.Int64
+	// denied counts the UDP queries and TCP connections of sources
+	// outside Config.Sources; deniedLog is when one was last logged (Unix
+	// nanoseconds, 0: never).
+	denied, deniedLog atomic.Int64
 }
 
 type idleConn struct {
@@ -167,6 +175,7 @@ func (r *relay) counts() []zap.Field {
 		zap.Int64("servfail", r.servfail.Load()),
 		zap.Int64("formerr", r.formerr.Load()),
 		zap.Int64("dropped", r.dropped.Load()),
+		zap.Int64("denied", r.denied.Load()),
 	}
 }
 
@@ -201,6 +210,14 @@ func (r *relay) readUDP(pc net.PacketConn) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
+		if !r.allowed(addr) {
+			// Answered here, taking no slot: a flood from outside uses
+			// none of the pods' share of the relay.
+			if resp := errorAnswer(buf[:n], dns.RcodeRefused); resp != nil {
+				_, _ = pc.WriteTo(resp, addr)
+			}
+			continue
+		}
 		select {
 		case r.slots <- struct{}{}:
 		default:
@@ -230,6 +247,10 @@ func (r *relay) accept(l *net.TCPListener) {
 			}
 			// EMFILE and the like: wait rather than spin.
 			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if !r.allowed(c.RemoteAddr()) {
+			_ = c.Close()
 			continue
 		}
 		select {
@@ -345,13 +366,61 @@ func (r *relay) answer(q []byte, udp bool) []byte {
 	return out
 }
 
+// allowed reports whether the client at addr may be answered
+// (Config.Sources). A denied one is counted, and logged when it is the
+// first or the last log line is deniedLogEvery old.
+func (r *relay) allowed(addr net.Addr) bool {
+	if r.cfg.Sources == nil {
+		return true
+	}
+	src := sourceKey(addr)
+	if r.cfg.Sources.Allowed(src) {
+		return true
+	}
+	n := r.denied.Add(1)
+	now := time.Now().UnixNano()
+	if last := r.deniedLog.Load(); (last == 0 || now-last >= int64(deniedLogEvery)) && r.deniedLog.CompareAndSwap(last, now) {
+		r.log.Warn("a source outside --allow-networks asked: REFUSED over UDP, connection closed over TCP; further ones are counted (denied), logged at most once a minute",
+			zap.Stringer("source", netip.AddrFrom16(src).Unmap()), zap.Int64("denied", n), zap.String("allow_networks", allowNetworks(r.cfg.Sources)))
+	}
+	return false
+}
+
+// sourceKey returns the address of a client in the 16-byte form of
+// srcpolicy (IPv4 as ::ffff:a.b.c.d); all zeroes when addr is neither UDP
+// nor TCP, which no policy allows but loopback's.
+func sourceKey(addr net.Addr) [16]byte {
+	var ap netip.AddrPort
+	switch a := addr.(type) {
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	}
+	return ap.Addr().As16()
+}
+
 // fail returns an answer of rcode to q, with q's question when it parses,
 // or nil when q is no query (too short for a header, or a response: never
 // answer those, two servers could bounce them forever).
 func (r *relay) fail(q []byte, rcode int) []byte {
+	out := errorAnswer(q, rcode)
+	switch {
+	case out == nil:
+		r.dropped.Add(1)
+	case rcode == dns.RcodeFormatError:
+		r.formerr.Add(1)
+	default:
+		r.servfail.Add(1)
+	}
+	return out
+}
+
+// errorAnswer returns an answer of rcode to q, with q's question when it
+// parses, or nil when q is no query, as fail, counting nothing.
+func errorAnswer(q []byte, rcode int) []byte {
 	var h dns.Msg
 	if len(q) < 12 || q[2]&0x80 != 0 {
-		r.dropped.Add(1)
 		return nil
 	}
 	var m dns.Msg
@@ -370,13 +439,7 @@ func (r *relay) fail(q []byte, rcode int) []byte {
 	}
 	out, err := h.Pack()
 	if err != nil {
-		r.dropped.Add(1)
 		return nil
-	}
-	if rcode == dns.RcodeFormatError {
-		r.formerr.Add(1)
-	} else {
-		r.servfail.Add(1)
 	}
 	return out
 }

@@ -85,13 +85,19 @@ func downTarget(t *testing.T) string {
 // frontend's address.
 func relayingHolder(t *testing.T, relay []string, mod func(*Config)) (*Holder, string, string) {
 	t.Helper()
+	return relayingHolderOn(t, "127.0.0.1:0", relay, mod)
+}
+
+// relayingHolderOn is relayingHolder with a frontend listening on listen.
+func relayingHolderOn(t *testing.T, listen string, relay []string, mod func(*Config)) (*Holder, string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := Config{Dir: dir, Timeout: time.Minute, Relay: relay, RelayAfter: 50 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)
 	}
 	h, _ := startHolderConfig(t, cfg)
-	f := startFrontend(t, dir, []string{"127.0.0.1:0"})
+	f := startFrontend(t, dir, []string{listen})
 	addr := f.srv.Addrs()[0]
 	waitHeld(t, h, 3)
 	f.die()

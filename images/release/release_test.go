@@ -20,6 +20,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 
+	"github.com/nodedns/nodedns/helm"
 	"github.com/nodedns/nodedns/images"
 )
 
@@ -197,7 +198,8 @@ func checkELF(t *testing.T, ref string, img v1.Image, exe, arch string) {
 }
 
 // checkPulledChart pulls the chart back with Helm's registry client and
-// renders it with its defaults.
+// renders it as `helm template` does: its defaults with the values a
+// rendering without a cluster needs (helm.WithoutCluster).
 func checkPulledChart(t *testing.T, prefix string) {
 	t.Helper()
 	c, err := NewRegistryClient(true)
@@ -221,7 +223,7 @@ func checkPulledChart(t *testing.T, prefix string) {
 		t.Fatal(err)
 	}
 	caps.KubeVersion = *kv
-	vals, err := chartutil.ToRenderValues(ch, map[string]any{}, chartutil.ReleaseOptions{Name: "nodedns", Namespace: "kube-system", Revision: 1, IsInstall: true}, caps)
+	vals, err := chartutil.ToRenderValues(ch, helm.WithoutCluster(nil), chartutil.ReleaseOptions{Name: "nodedns", Namespace: "kube-system", Revision: 1, IsInstall: true}, caps)
 	if err != nil {
 		t.Fatal(err)
 	}

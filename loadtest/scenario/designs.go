@@ -273,8 +273,10 @@ func startZalando(ctx context.Context, e *Env, n *simNode) (_ *running, err erro
 }
 
 // nodednsValues are the chart values of the comparison: the defaults,
-// with the upstream of this harness for the node's resolv.conf.
-var nodednsValues = map[string]any{"upstreams": []any{UpstreamIP}}
+// with the upstream of this harness for the node's resolv.conf, rendered
+// without a cluster (helm.WithoutCluster: no kube-dns Service, no hooks;
+// the pod is what is compared).
+var nodednsValues = helm.WithoutCluster(map[string]any{"upstreams": []any{UpstreamIP}})
 
 func startNodedns(ctx context.Context, e *Env, n *simNode) (_ *running, err error) {
 	cs, err := helm.NodeContainers(nodednsValues, helm.Options{}, helm.Node{Name: n.Name, IP: n.IP.String()})

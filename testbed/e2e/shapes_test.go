@@ -711,9 +711,17 @@ func (r *shapesRun) chart(t *testing.T) *chart.Chart {
 }
 
 // gitopsApply renders the chart as `helm template` does (no cluster:
-// lookup finds nothing) and applies it server-side, as Argo CD does.
+// lookup finds nothing) and applies it server-side, as Argo CD does. The
+// same rendering without the GitOps values is refused first, naming them:
+// an Application with the defaults fails to sync before it changes anything.
 func (r *shapesRun) gitopsApply(ctx context.Context, t *testing.T, values map[string]any) {
 	t.Helper()
+	_, err := helm.Render(r.values(shape{}, nil), helm.Options{})
+	for _, want := range []string{"rendered without a cluster", "service.create=false", "service.clusterIP=", `coreDNS.deployment=""`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("helm template with the default values: %v, want a refusal naming %s", err, want)
+		}
+	}
 	rend, err := helm.Render(values, helm.Options{})
 	if err != nil {
 		t.Fatalf("helm template: %v", err)

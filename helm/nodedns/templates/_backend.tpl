@@ -70,6 +70,14 @@ env:
   # (docs/backend-memory.md).
   - name: GOGC
     value: "50"
+  # Two Ps, whatever the node's CPUs: the backend answers only the
+  # frontend's misses and the fallback listener, and each P costs memory
+  # (its span and page caches, the collector's per-P work): at 10,000
+  # Services its working set was 20.2 MiB with 2, 23.2 with 16 and 24.9
+  # with 64 (docs/backend-memory.md, "The CPU count"). Without a CPU limit
+  # Go would take the node's CPU count.
+  - name: GOMAXPROCS
+    value: "2"
 {{- with .Values.resources.backend }}
 resources:
   {{- toYaml . | nindent 2 }}

@@ -314,12 +314,59 @@ default level of the admission configuration is not visible here
 {{- end -}}
 
 {{/*
+Whether the chart is rendered without a cluster: lookup finds no Namespace
+kube-system, which every cluster has. That is `helm template` (with or
+without --validate; Argo CD renders so), `helm install --dry-run` (client)
+and `helm lint`; `helm install`, `helm upgrade`, `--dry-run=server` and
+Flux's helm-controller read the cluster.
+*/}}
+{{- define "nodedns.withoutCluster" -}}
+{{- if not (lookup "v1" "Namespace" "" "kube-system") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+Refuses a rendering without a cluster unless the values are those that are
+safe to apply as they are (docs/gitops.md). Without a cluster the chart
+cannot see the DNS Service, its ClusterIP or CoreDNS: with the defaults it
+would render a kube-dns Service selecting only the nodedns pods (applied
+over the cluster's, CoreDNS's pods leave it), bind 10.96.0.10 whatever
+kubelet's clusterDNS is, and render the handoff Jobs, whose scale-down
+Argo CD runs (PostSync) and whose pre-delete restore it never runs. The
+message names each value to set and the two to check.
+*/}}
+{{- define "nodedns.withoutClusterCheck" -}}
+{{- if include "nodedns.withoutCluster" . -}}
+{{- $set := list -}}
+{{- if .Values.service.create -}}
+{{- $set = append $set "service.create=false (the cluster's DNS Service stays as it is)" -}}
+{{- end -}}
+{{- if not .Values.service.clusterIP -}}
+{{- $set = append $set "service.clusterIP=<the cluster's DNS ClusterIP, kubelet's clusterDNS: 10.96.0.10 on kubeadm, 10.43.0.10 on k3s and RKE2, 10.233.0.3 on kubespray>" -}}
+{{- end -}}
+{{- if .Values.coreDNS.deployment -}}
+{{- $set = append $set (printf `coreDNS.deployment="" (not %q: no handoff hooks, CoreDNS keeps serving)` .Values.coreDNS.deployment) -}}
+{{- end -}}
+{{- if $set -}}
+{{- $fallback := .Values.fallback.clusterIP | default "the DNS ClusterIP + 1" -}}
+{{- fail (printf "rendered without a cluster (helm template, Argo CD, helm install --dry-run=client: lookup finds no Namespace kube-system), the chart cannot see the cluster's DNS Service, its ClusterIP or CoreDNS. Set %s; check service.name=%s (the cluster's DNS Service: rke2-coredns-rke2-coredns on RKE2, coredns on kubespray) and fallback.clusterIP (%s; must be a free address of the service CIDR). See docs/gitops.md; helm install and helm install --dry-run=server read the cluster and need none of this" (join ", " $set) .Values.service.name $fallback) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The existing kube-dns Service (service.name in the release namespace) as
 the cluster has it, or an empty dict: with no cluster (helm template, the
 tests' renderings, pod.yaml) lookup returns nothing.
 */}}
 {{- define "nodedns.existingService" -}}
+{{- if .Values.service.name -}}
 {{- toJson (lookup "v1" "Service" .Release.Namespace .Values.service.name | default dict) -}}
+{{- else -}}
+{{- /* An empty name would make lookup list every Service. */ -}}
+{{- toJson dict -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
