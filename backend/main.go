@@ -34,7 +34,7 @@ var envDefaults = []struct{ name, value string }{
 	{"NODEDNS_BIND", "127.0.0.1"},          // IPv4 address of the listener for this node's frontend
 	{"NODEDNS_PORT", "5300"},               // its port
 	{"NODEDNS_FALLBACK_PORT", "5301"},      // port of the listener for other nodes' frontends
-	{"NODEDNS_FALLBACK_BIND", "127.0.0.1"}, // its address; the chart sets the node IP
+	{"NODEDNS_FALLBACK_BIND", "127.0.0.1"}, // its addresses, comma-separated; the chart sets the node IPs
 	// Who it answers (nodedns_acl): the node's networks and the Node
 	// objects' pod CIDRs and addresses; comma-separated words and prefixes.
 	{"NODEDNS_FALLBACK_ALLOW", "local,nodes"},

@@ -21,6 +21,9 @@ import (
 	_ "github.com/coredns/coredns/plugin/rewrite"
 	_ "github.com/coredns/coredns/plugin/template"
 
+	// nodedns_bind: bind for comma-separated address lists, as the
+	// downward API's status.hostIPs gives them (backend/bindlist).
+	_ "github.com/nodedns/nodedns/backend/bindlist"
 	// nodedns_client: the pod's address, passed by the frontend, as the
 	// query's source (backend/clientaddr).
 	_ "github.com/nodedns/nodedns/backend/clientaddr"
@@ -41,6 +44,7 @@ var directives = []string{
 	"reload",             // re-reads the Corefile every 30s; a ConfigMap edit applies without a restart
 	"bufsize",            // caps the EDNS0 UDP size before anything answers
 	"bind",               // chooses listen addresses (setup only; not in the query path)
+	"nodedns_bind",       // the same for comma-separated lists: every address of a dual-stack node (backend/bindlist)
 	"ready",              // /ready on :8181 once the kubernetes plugin has synced (setup only)
 	"health",             // /health on :9155 with lameduck (setup only)
 	"nodedns_client",     // the frontend's pod address as the query's source, before anything reads it (backend/clientaddr)

@@ -130,7 +130,7 @@ func TestPluginsFlag(t *testing.T) {
 		t.Errorf("-plugins printed %v, want %v", got, directives)
 	}
 	want := []string{"acl", "bind", "bufsize", "cache", "errors", "forward", "health", "hosts", "kubernetes",
-		"loadbalance", "log", "loop", "nodedns_acl", "nodedns_client", "nodedns_kubernetes", "prometheus", "ready", "reload", "rewrite", "template"}
+		"loadbalance", "log", "loop", "nodedns_acl", "nodedns_bind", "nodedns_client", "nodedns_kubernetes", "prometheus", "ready", "reload", "rewrite", "template"}
 	sorted := slices.Sorted(slices.Values(directives))
 	if !slices.Equal(sorted, want) {
 		t.Errorf("curated set is %v, want %v", sorted, want)
@@ -169,7 +169,7 @@ func TestDefaultCorefile(t *testing.T) {
 		dirs []string
 	}{
 		{".:5300", []string{"bind", "nodedns_client", "errors", "health", "ready", "prometheus", "nodedns_kubernetes", "forward", "cache", "loop", "reload", "loadbalance"}},
-		{".:5301", []string{"bind", "nodedns_client", "nodedns_acl", "errors", "prometheus", "forward"}},
+		{".:5301", []string{"nodedns_bind", "nodedns_client", "nodedns_acl", "errors", "prometheus", "forward"}},
 	}
 	for i, w := range want {
 		if !slices.Equal(blocks[i].Keys, []string{w.key}) {
@@ -206,7 +206,7 @@ func TestDefaultCorefile(t *testing.T) {
 			t.Errorf("%s: %q, want %q", c.dir, got, c.want)
 		}
 	}
-	if got := text(1, "bind"); got != "bind 127.0.0.1" {
+	if got := text(1, "nodedns_bind"); got != "nodedns_bind 127.0.0.1" {
 		t.Errorf("fallback bind: %q, want the loopback default", got)
 	}
 	if got := text(1, "nodedns_acl"); got != "nodedns_acl local,nodes { snapshot none }" {

@@ -13,6 +13,9 @@ import (
 type Node struct {
 	Name string // spec.nodeName
 	IP   string // status.hostIP
+	// IP6 is the node's second address on a dual-stack node, or "":
+	// status.hostIPs is IP, or IP and IP6.
+	IP6 string
 }
 
 // Container is one container of the rendered DaemonSet as kubelet would
@@ -121,6 +124,11 @@ func envValue(c corev1.Container, e corev1.EnvVar, node Node, env map[string]str
 			return node.Name, nil
 		case "status.hostIP", "status.podIP":
 			return node.IP, nil // hostNetwork: the pod IP is the node IP
+		case "status.hostIPs", "status.podIPs":
+			if node.IP6 != "" {
+				return node.IP + "," + node.IP6, nil
+			}
+			return node.IP, nil
 		}
 		return "", fmt.Errorf("%s: env %s: field %s not emulated", c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
 	case e.ValueFrom.ResourceFieldRef != nil:

@@ -48,7 +48,7 @@ func TestFallbackListenerRestricted(t *testing.T) {
 		fallback, _, _ = strings.Cut(fallback, "\n    }")
 		lines := corefileLines(fallback)
 		// nodedns_acl's block keeps the Node networks' snapshot.
-		for _, want := range []string{"bind {$NODEDNS_FALLBACK_BIND}", tc.allow + " {", "snapshot {$NODEDNS_SNAPSHOT_DIR}"} {
+		for _, want := range []string{"nodedns_bind {$NODEDNS_FALLBACK_BIND}", tc.allow + " {", "snapshot {$NODEDNS_SNAPSHOT_DIR}"} {
 			if !slices.Contains(lines, want) {
 				t.Errorf("%q: fallback block lacks %q:\n%s", tc.values, want, fallback)
 			}

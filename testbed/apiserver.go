@@ -26,7 +26,7 @@ func (tb *Testbed) apiserverArgs(binary, etcdURL string) []string {
 		"--client-ca-file=" + f("ca.crt"),
 		"--token-auth-file=" + f("tokens.csv"),
 		"--authorization-mode=Node,RBAC",
-		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--service-cluster-ip-range=" + tb.serviceCIDRs(),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + f("sa.pub"),
 		"--service-account-signing-key-file=" + f("sa.key"),
@@ -44,6 +44,14 @@ func (tb *Testbed) apiserverArgs(binary, etcdURL string) []string {
 		"--egress-selector-config-file=" + f(egressConfigFile),
 	}
 	return append(args, tb.opts.ExtraAPIServerArgs...)
+}
+
+// serviceCIDRs is kube-apiserver's --service-cluster-ip-range.
+func (tb *Testbed) serviceCIDRs() string {
+	if tb.opts.DualStack {
+		return ServiceCIDR + "," + ServiceCIDR6
+	}
+	return ServiceCIDR
 }
 
 // servingIPs are the IP SANs of the serving certificate: loopback, the bind

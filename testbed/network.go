@@ -34,6 +34,10 @@ const (
 	// NodeGateway is where processes in node namespaces reach the API server
 	// (on the API server's port, see NodeURL).
 	NodeGateway = "172.31.254.1"
+	// NodeSubnet6 and NodeGateway6 are their IPv6 counterparts, in a
+	// dual-stack testbed (Options.DualStack).
+	NodeSubnet6  = "fd00:172:31:254::/64"
+	NodeGateway6 = "fd00:172:31:254::1"
 	// NodeInterface is the name of the veth end in each node namespace.
 	NodeInterface = "testbed0"
 )
@@ -147,6 +151,10 @@ func (tb *Testbed) addNodeLink(ctx context.Context, name, netns string) (net.IP,
 		{"-n", netns, "link", "set", NodeInterface, "up"},
 		{"-n", netns, "link", "set", "lo", "up"},
 	}
+	if tb.opts.DualStack {
+		// nodad: usable at once, not after duplicate address detection.
+		steps = append(steps, []string{"-n", netns, "addr", "add", nodeIP6(host).String() + "/64", "dev", NodeInterface, "nodad"})
+	}
 	for i, s := range steps {
 		if err := ipCmd(ctx, s...); err != nil {
 			return nil, "", fmt.Errorf("add node %s: %w", name, err)
@@ -158,6 +166,13 @@ func (tb *Testbed) addNodeLink(ctx context.Context, name, netns string) (net.IP,
 		}
 	}
 	return ip, netns, nil
+}
+
+// nodeIP6 is the IPv6 address of the node with host part host.
+func nodeIP6(host int) net.IP {
+	ip := net.ParseIP(NodeGateway6)
+	ip[15] = byte(host)
+	return ip
 }
 
 // NodeKubeconfig copies a kubeconfig written by the testbed (Kubeconfig,
@@ -222,6 +237,9 @@ func (tb *Testbed) ensureNetwork(ctx context.Context) (*network, error) {
 		{"-n", nw.netns, "link", "add", "br0", "type", "bridge"},
 		{"-n", nw.netns, "addr", "add", NodeGateway + "/24", "dev", "br0"},
 		{"-n", nw.netns, "link", "set", "br0", "up"},
+	}
+	if tb.opts.DualStack {
+		steps = append(steps, []string{"-n", nw.netns, "addr", "add", NodeGateway6 + "/64", "dev", "br0", "nodad"})
 	}
 	for _, s := range steps {
 		if err := ipCmd(ctx, s...); err != nil {

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Real nodes: kubelet with Debian's containerd, runc and CNI plugins, each
@@ -31,6 +32,10 @@ import (
 
 // PodSubnet holds the nodes' PodCIDRs: node i gets 10.244.i.0/24.
 const PodSubnet = "10.244.0.0/16"
+
+// PodSubnet6 holds the nodes' IPv6 PodCIDRs in a dual-stack testbed: node i
+// gets fd00:10:244:i::/64.
+const PodSubnet6 = "fd00:10:244::/56"
 
 // nodeReadyTimeout bounds a node's start to Ready: 10-30s on two busy cores.
 const nodeReadyTimeout = 3 * time.Minute
@@ -56,6 +61,9 @@ type RealNodeOptions struct {
 	// name images Host/repository:tag with an ordinary pull policy.
 	// RealNode.AddRegistry adds one to a running node.
 	Registries []*Registry
+	// DualStack starts the testbed dual-stack (Options.DualStack); read
+	// only by StartRealNodesForTestWith, which starts the testbed.
+	DualStack bool
 }
 
 // RealNode is a running kubelet node.
@@ -68,6 +76,11 @@ type RealNode struct {
 	IP net.IP
 	// PodCIDR is the subnet of the node's pods, on its cni0 bridge.
 	PodCIDR string
+	// IP6 and PodCIDR6 are the node's IPv6 InternalIP and pod subnet in a
+	// dual-stack testbed (Options.DualStack), else nil and "". The Node's
+	// spec.podCIDRs then holds PodCIDR and PodCIDR6.
+	IP6      net.IP
+	PodCIDR6 string
 	// Dir holds the node's configuration, state and logs.
 	Dir string
 	// Proxy is the node's kube-proxy.
@@ -162,6 +175,10 @@ func (tb *Testbed) AddRealNode(ctx context.Context, name string, opts RealNodeOp
 		cgroupRoot: "/" + state.Cgroup + "/" + fileSafe(name),
 		clusterDNS: opts.ClusterDNS,
 	}
+	if tb.opts.DualStack {
+		n.IP6 = nodeIP6(int(ip.To4()[3]))
+		n.PodCIDR6 = fmt.Sprintf("fd00:10:244:%d::/64", index)
+	}
 	tb.mu.Lock()
 	state.Netns = append(state.Netns, netns)
 	if tb.network != nil && !containsString(state.Netns, tb.network.netns) {
@@ -185,6 +202,11 @@ func (tb *Testbed) AddRealNode(ctx context.Context, name string, opts RealNodeOp
 	// control-plane namespace, which forwards nothing.
 	if err := ipCmd(ctx, "-n", netns, "route", "add", "default", "via", NodeGateway, "dev", NodeInterface); err != nil {
 		return nil, err
+	}
+	if n.IP6 != nil {
+		if err := ipCmd(ctx, "-6", "-n", netns, "route", "add", "default", "via", NodeGateway6, "dev", NodeInterface); err != nil {
+			return nil, err
+		}
 	}
 	if err := n.writeFiles(opts); err != nil {
 		return nil, err
@@ -210,6 +232,9 @@ func (tb *Testbed) AddRealNode(ctx context.Context, name string, opts RealNodeOp
 		return nil, err
 	}
 	if err := n.waitReady(ctx, time.Time{}); err != nil {
+		return nil, err
+	}
+	if err := n.setPodCIDRs(ctx); err != nil {
 		return nil, err
 	}
 	if err := n.startKubeProxy(ctx, opts.ProxyMode); err != nil {
@@ -270,13 +295,22 @@ func (tb *Testbed) RealNodeLeftovers() []string {
 	return s.leftovers()
 }
 
+// servingIPs are the IP SANs of kubelet's serving certificate.
+func (n *RealNode) servingIPs() []net.IP {
+	ips := []net.IP{n.IP, net.IPv4(127, 0, 0, 1)}
+	if n.IP6 != nil {
+		ips = append(ips, n.IP6)
+	}
+	return ips
+}
+
 func (n *RealNode) writeFiles(opts RealNodeOptions) error {
 	for _, d := range []string{"var", "cni", "manifests", "sysctl", "kubelet", "containerd", registryHostsDir} {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return err
 		}
 	}
-	crt, key, err := n.tb.pki.issue(pkix.Name{CommonName: "system:node:" + n.Name, Organization: []string{"system:nodes"}}, x509.ExtKeyUsageServerAuth, []net.IP{n.IP, net.IPv4(127, 0, 0, 1)}, []string{n.Name})
+	crt, key, err := n.tb.pki.issue(pkix.Name{CommonName: "system:node:" + n.Name, Organization: []string{"system:nodes"}}, x509.ExtKeyUsageServerAuth, n.servingIPs(), []string{n.Name})
 	if err != nil {
 		return err
 	}
@@ -455,7 +489,7 @@ func (n *RealNode) startKubelet(bin string) error {
 		"--kubeconfig="+filepath.Join(n.Dir, "kubelet.kubeconfig"),
 		"--root-dir="+filepath.Join(n.Dir, "kubelet"),
 		"--hostname-override="+n.Name,
-		"--node-ip="+n.IP.String(),
+		"--node-ip="+n.nodeIPs(),
 		"--v=2",
 	)
 	if err != nil {
@@ -553,6 +587,28 @@ func (n *RealNode) startKubeProxy(ctx context.Context, mode ProxyMode) error {
 	return nil
 }
 
+// nodeIPs is kubelet's --node-ip: the InternalIP, and IP6 when set.
+func (n *RealNode) nodeIPs() string {
+	if n.IP6 != nil {
+		return n.IP.String() + "," + n.IP6.String()
+	}
+	return n.IP.String()
+}
+
+// setPodCIDRs records the node's pod subnets in its Node's spec.podCIDRs,
+// as kube-controller-manager's allocator does in clusters that run it, in
+// a dual-stack testbed (single-stack Nodes keep none, as before).
+func (n *RealNode) setPodCIDRs(ctx context.Context) error {
+	if n.PodCIDR6 == "" {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q,%q]}}`, n.PodCIDR, n.PodCIDR, n.PodCIDR6)
+	if _, err := n.tb.client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("set podCIDRs: %w", err)
+	}
+	return nil
+}
+
 // routePodCIDRs routes every node's PodCIDR via its node IP in every other
 // node's namespace (the nodes share the control-plane bridge) and in the
 // control-plane namespace, where the egress proxy dials pods for the API
@@ -565,6 +621,11 @@ func (tb *Testbed) routePodCIDRs(ctx context.Context) error {
 	for _, b := range nodes {
 		if err := ipCmd(ctx, "-n", cp, "route", "replace", b.PodCIDR, "via", b.IP.String(), "dev", "br0"); err != nil {
 			return err
+		}
+		if b.IP6 != nil {
+			if err := ipCmd(ctx, "-6", "-n", cp, "route", "replace", b.PodCIDR6, "via", b.IP6.String(), "dev", "br0"); err != nil {
+				return err
+			}
 		}
 	}
 	// ClusterIPs (webhooks and APIServices named by Service) via the first
@@ -581,6 +642,11 @@ func (tb *Testbed) routePodCIDRs(ctx context.Context) error {
 			}
 			if err := ipCmd(ctx, "-n", a.Netns, "route", "replace", b.PodCIDR, "via", b.IP.String(), "dev", NodeInterface); err != nil {
 				return err
+			}
+			if b.IP6 != nil {
+				if err := ipCmd(ctx, "-6", "-n", a.Netns, "route", "replace", b.PodCIDR6, "via", b.IP6.String(), "dev", NodeInterface); err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -84,6 +84,7 @@ func (n *RealNode) containerdSocket() string { return filepath.Join(n.Dir, "cont
 // with host-local addresses from the node's PodCIDR, masqueraded when they
 // leave it (the control plane's namespace has no route to pod subnets).
 func (n *RealNode) cniConfig() string {
+	ranges, routes := n.cniRanges()
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "testbed",
@@ -96,14 +97,25 @@ func (n *RealNode) cniConfig() string {
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": %q}]],
-        "routes": [{"dst": "0.0.0.0/0"}]
+        "ranges": [%s],
+        "routes": [%s]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, n.PodCIDR)
+`, ranges, routes)
+}
+
+// cniRanges are the host-local ranges and routes of cniConfig: PodCIDR,
+// and PodCIDR6 in a dual-stack testbed.
+func (n *RealNode) cniRanges() (string, string) {
+	ranges, routes := fmt.Sprintf(`[{"subnet": %q}]`, n.PodCIDR), `{"dst": "0.0.0.0/0"}`
+	if n.PodCIDR6 != "" {
+		ranges += fmt.Sprintf(`, [{"subnet": %q}]`, n.PodCIDR6)
+		routes += `, {"dst": "::/0"}`
+	}
+	return ranges, routes
 }
 
 // kubeletConfig is the KubeletConfiguration of node n.

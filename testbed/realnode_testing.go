@@ -24,7 +24,7 @@ func StartRealNodesForTestWith(t testing.TB, names []string, opts RealNodeOption
 	if err := RealNodeBinaries(); err != nil {
 		t.Fatal(err)
 	}
-	tb := StartForTest(t, Options{})
+	tb := StartForTest(t, Options{DualStack: opts.DualStack})
 	ctx := context.Background()
 	if err := tb.StartControllers(ctx); err != nil {
 		t.Fatal(err)

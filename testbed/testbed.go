@@ -37,6 +37,11 @@ const (
 	KubernetesServiceIP = "10.96.0.1"
 	// DNSServiceIP is the ClusterIP tests give the kube-dns Service.
 	DNSServiceIP = "10.96.0.10"
+	// ServiceCIDR6 is the secondary (IPv6) Service range of a dual-stack
+	// testbed (Options.DualStack).
+	ServiceCIDR6 = "fd00:10:96::/112"
+	// DNSServiceIP6 is the IPv6 ClusterIP tests give a dual-stack kube-dns.
+	DNSServiceIP6 = "fd00:10:96::a"
 	// AdminUser is the user of Kubeconfig and Client, in group system:masters.
 	AdminUser = "testbed-admin"
 	// KubeletClientUser is kube-apiserver's user towards kubelets (its
@@ -61,6 +66,12 @@ type Options struct {
 	BindAddress net.IP
 	// Port is kube-apiserver's secure port. Default: a free port.
 	Port int
+	// DualStack gives the cluster IPv6 besides IPv4, as a dual-stack
+	// kubeadm cluster has it: kube-apiserver gets ServiceCIDR6 as its
+	// secondary Service range, and real nodes (AddRealNode) an IPv6
+	// address in NodeSubnet6, an IPv6 PodCIDR of PodSubnet6 on their pod
+	// network, both in the Node's spec.podCIDRs, and kubelet both node IPs.
+	DualStack bool
 	// ExtraAPIServerArgs are appended to kube-apiserver's flags; a flag given
 	// here overrides the testbed's own value.
 	ExtraAPIServerArgs []string

@@ -316,6 +316,9 @@ func (h *Handoff) readEndpoints(ctx context.Context, svc *corev1.Service, pods m
 	}
 	want := dnsPorts(svc)
 	e := &endpoints{covered: map[string]bool{}}
+	// A dual-stack Service has a slice per address family, each naming
+	// the same pods: a pod is one endpoint however many slices list it.
+	seen := map[string]bool{}
 	for i := range list.Items {
 		s := &list.Items[i]
 		// An endpoint serves the Service's DNS ports only when its slice
@@ -344,7 +347,10 @@ func (h *Handoff) readEndpoints(ctx context.Context, svc *corev1.Service, pods m
 				if ep.TargetRef != nil {
 					who = ep.TargetRef.Kind + " " + ep.TargetRef.Name
 				}
-				e.others = append(e.others, who)
+				if !seen[who] {
+					seen[who] = true
+					e.others = append(e.others, who)
+				}
 				continue
 			}
 			if all {

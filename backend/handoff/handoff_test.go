@@ -723,6 +723,23 @@ func TestScaleDownKeepRollback(t *testing.T) {
 	checkDeployment(t, c, 3, "")
 }
 
+// TestScaleDownKeepDualStack: a dual-stack kube-dns has a slice per
+// address family, both naming the one kept CoreDNS pod: that is one
+// endpoint, not two more than kept (found on the dual-stack shape, where
+// the handoff rolled CoreDNS back).
+func TestScaleDownKeepDualStack(t *testing.T) {
+	v6 := slice("kube-dns-v6", "coredns-a")
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	v6.Endpoints[0].Addresses = []string{"fd00::1"}
+	h, c, log := newHandoff(t, cat(daemonSet(1, 1), served(1), []runtime.Object{deployment(3, "", 3), slice("kube-dns-v4", "coredns-a"), v6})...)
+	h.Keep = 1
+	h.Settle = time.Second
+	if err := h.ScaleDown(context.Background()); err != nil {
+		t.Fatalf("ScaleDown: %v\n%s", err, log)
+	}
+	checkDeployment(t, c, 1, "3")
+}
+
 // TestScaleDownKeepComesBack: with Keep 1, replicas set to 2 after the
 // scale-down to 1 are someone else's; the next run does not scale down.
 func TestScaleDownKeepComesBack(t *testing.T) {

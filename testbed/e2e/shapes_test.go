@@ -93,6 +93,12 @@ type shape struct {
 	// keep is coreDNS.keepReplicas in values (the chart's 1 unless set):
 	// the replicas a scaled outcome leaves.
 	keep int32
+	// dualStack: the shape needs a dual-stack cluster; TestShapes starts
+	// one when any selected shape says so.
+	dualStack bool
+	// groups are the client groups deploy starts besides the shape's own
+	// (named after it), reported apart.
+	groups []string
 	// afterInstall runs once the install is checked, atEnd once the
 	// uninstall is; either may be nil.
 	afterInstall, atEnd func(ctx context.Context, t *testing.T, r *shapesRun)
@@ -213,6 +219,19 @@ func shapes() []shape {
 		upgrade:      outcome{scaled: true},
 		afterInstall: netpolAfterInstall,
 		atEnd:        netpolAtEnd,
+	}, {
+		// kubeadm's DNS on a dual-stack cluster: kube-dns PreferDualStack
+		// with an IPv6 ClusterIP too, clients naming each (shapes_dualstack_test.go).
+		name: "dual-stack", clusterIP: testbed.DNSServiceIP, deployment: "coredns", service: "kube-dns", keep: 1,
+		dualStack: true,
+		groups:    []string{dualStackV6Group},
+		deploy: func(ctx context.Context, t *testing.T, r *shapesRun) {
+			kubeadm(ctx, t, r)
+			dualStackDeploy(ctx, t, r)
+		},
+		install: outcome{scaled: true},
+		upgrade: outcome{scaled: true},
+		atEnd:   dualStackAtEnd,
 	}}
 }
 
@@ -285,7 +304,8 @@ func TestShapes(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
-	r := startShapes(ctx, t, run[0].clusterIP)
+	dual := slices.ContainsFunc(run, func(s shape) bool { return s.dualStack })
+	r := startShapes(ctx, t, run[0].clusterIP, dual)
 	for _, s := range run {
 		start := time.Now()
 		if t.Run(s.name, func(t *testing.T) { r.run(ctx, t, s) }) {
@@ -298,8 +318,9 @@ func TestShapes(t *testing.T) {
 }
 
 // startShapes starts the matrix's cluster: two real nodes whose kubelets
-// name dnsIP, the "web" Services, the stub upstream's external name.
-func startShapes(ctx context.Context, t *testing.T, dnsIP string) *shapesRun {
+// name dnsIP, the "web" Services, the stub upstream's external name; a
+// dual-stack one when dualStack.
+func startShapes(ctx context.Context, t *testing.T, dnsIP string, dualStack bool) *shapesRun {
 	t.Helper()
 	imgs := buildNodeImages(ctx, t, false)
 	cpa := buildAutoscalerImage(ctx, t)
@@ -308,7 +329,7 @@ func startShapes(ctx context.Context, t *testing.T, dnsIP string) *shapesRun {
 		archives = append(slices.Clone(archives), cpa)
 	}
 	start := time.Now()
-	tb, nodes := testbed.StartRealNodesForTestWith(t, []string{"node-a", "node-b"}, testbed.RealNodeOptions{Images: archives, ClusterDNS: []string{dnsIP}})
+	tb, nodes := testbed.StartRealNodesForTestWith(t, []string{"node-a", "node-b"}, testbed.RealNodeOptions{Images: archives, ClusterDNS: []string{dnsIP}, DualStack: dualStack})
 	t.Logf("control plane and two nodes up in %s", time.Since(start).Round(time.Millisecond))
 	if err := tb.SetStubRecord(externalName, net.ParseIP(externalIP)); err != nil {
 		t.Fatal(err)
@@ -525,7 +546,7 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 		checkNameserver(ctx, t, r.tb, r.nodes, "client-"+s.name+"-"+n.Name, s.clusterIP)
 	}
 	steps := &stepLog{}
-	defer reportGroups(t, r.nodes, r.results, steps, []string{s.name}, func(string, string) (string, int) { return "", 0 })
+	defer reportGroups(t, r.nodes, r.results, steps, append([]string{s.name}, s.groups...), func(string, string) (string, int) { return "", 0 })
 	w := watchDNS(ctx, t, r, s)
 	defer w.stop(t)
 

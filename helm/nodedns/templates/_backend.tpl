@@ -33,10 +33,15 @@ env:
     value: {{ .Values.backend.port | quote }}
   - name: NODEDNS_FALLBACK_PORT
     value: {{ include "nodedns.fallbackPort" . | quote }}
-  # The fallback listener on the node IP only: the fallback and kube-dns
-  # Services' endpoints are the pods' IPs, which are node IPs (hostNetwork).
+  # The fallback listener on the node's IPs only: the fallback and kube-dns
+  # Services' endpoints are the pods' IPs, which are node IPs (hostNetwork),
+  # one per family on a dual-stack node (comma-separated).
+  - name: NODEDNS_NODE_IPS
+    valueFrom:
+      fieldRef:
+        fieldPath: status.hostIPs
   - name: NODEDNS_FALLBACK_BIND
-    value: "$(NODEDNS_NODE_IP)"
+    value: "$(NODEDNS_NODE_IPS)"
   - name: NODEDNS_CLUSTER_DOMAIN
     value: {{ .Values.clusterDomain | quote }}
   # nodedns_kubernetes: which EndpointSlices to watch.

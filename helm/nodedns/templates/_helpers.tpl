@@ -131,17 +131,19 @@ pod template's probe address are added by the DaemonSet itself.
 {{- $listen = append $listen (printf "%s:53" (include "nodedns.hostPort" (trim .))) -}}
 {{- end -}}
 {{- if eq $mode "iptables" -}}
-{{- $listen = append $listen (printf "%s:53" (include "nodedns.hostPort" (include "nodedns.serviceIP" .))) -}}
+{{- range splitList "," (include "nodedns.serviceIPs" .) -}}
+{{- $listen = append $listen (printf "%s:53" (include "nodedns.hostPort" .)) -}}
+{{- end -}}
 {{- end -}}
 {{- $f = append $f (list "listen" (join "," $listen)) -}}
 {{- $f = append $f (list "local-ip" .Values.localIP) -}}
 {{- $f = append $f (list "interface" .Values.frontend.interface) -}}
 {{- end -}}
 {{- if eq $mode "iptables" -}}
-{{- $f = append $f (list "service-ip" (include "nodedns.serviceIP" .)) -}}
+{{- $f = append $f (list "service-ip" (include "nodedns.serviceIPs" .)) -}}
 {{- end -}}
 {{- /* Every mode: where queries to the local IP go when no frontend serves them (the release table). */ -}}
-{{- $f = append $f (list "release-to" (include "nodedns.serviceIP" .)) -}}
+{{- $f = append $f (list "release-to" (include "nodedns.serviceIPs" .)) -}}
 {{- $f = append $f (list "backend" (printf "127.0.0.1:%v" .Values.backend.port)) -}}
 {{- $f = append $f (list "allow-networks" (join "," .Values.frontend.allowedNetworks)) -}}
 {{- if not (has .Values.frontend.iptablesBackend (list "auto" "nft" "legacy")) -}}
@@ -412,6 +414,27 @@ pods' resolv.conf names the existing one.
 {{- else -}}
 {{- $want | default "10.96.0.10" -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+Every ClusterIP of the DNS Service, comma-separated: a dual-stack kube-dns
+(ipFamilyPolicy PreferDualStack or RequireDualStack) has one per family,
+and the frontend owns each in iptables mode, so that pods naming either
+are answered on their node. Without a Service of the cluster, the one of
+nodedns.serviceIP.
+*/}}
+{{- define "nodedns.serviceIPs" -}}
+{{- $svc := include "nodedns.existingService" . | fromJson -}}
+{{- $ip := include "nodedns.serviceIP" . -}}
+{{- $ips := list $ip -}}
+{{- if $svc -}}
+{{- range ($svc.spec.clusterIPs | default list) -}}
+{{- if not (has . $ips) -}}
+{{- $ips = append $ips . -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $ips -}}
 {{- end -}}
 
 {{/*
