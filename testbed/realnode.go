@@ -34,8 +34,10 @@ import (
 const PodSubnet = "10.244.0.0/16"
 
 // PodSubnet6 holds the nodes' IPv6 PodCIDRs in a dual-stack testbed: node i
-// gets fd00:10:244:i::/64.
-const PodSubnet6 = "fd00:10:244::/56"
+// gets 2001:db8:244:i::/64. Global unicast, as EKS's IPv6 pods are (the
+// documentation prefix: it is never routed off this machine), so that
+// source policies are tried on pods outside the private ranges.
+const PodSubnet6 = "2001:db8:244::/56"
 
 // nodeReadyTimeout bounds a node's start to Ready: 10-30s on two busy cores.
 const nodeReadyTimeout = 3 * time.Minute
@@ -177,7 +179,7 @@ func (tb *Testbed) AddRealNode(ctx context.Context, name string, opts RealNodeOp
 	}
 	if tb.opts.DualStack {
 		n.IP6 = nodeIP6(int(ip.To4()[3]))
-		n.PodCIDR6 = fmt.Sprintf("fd00:10:244:%d::/64", index)
+		n.PodCIDR6 = fmt.Sprintf("2001:db8:244:%d::/64", index)
 	}
 	tb.mu.Lock()
 	state.Netns = append(state.Netns, netns)

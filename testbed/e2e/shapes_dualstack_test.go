@@ -6,12 +6,16 @@ import (
 	"net"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/miekg/dns"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nodedns/nodedns/shared/netnstest"
 	"github.com/nodedns/nodedns/testbed"
 )
 
@@ -108,5 +112,77 @@ func dualStackAtEnd(ctx context.Context, t *testing.T, r *shapesRun) {
 	}
 	if !slices.Equal(svc.Spec.ClusterIPs, []string{testbed.DNSServiceIP, testbed.DNSServiceIP6}) {
 		t.Errorf("kube-dns ClusterIPs %v after the uninstall, want [%s %s]", svc.Spec.ClusterIPs, testbed.DNSServiceIP, testbed.DNSServiceIP6)
+	}
+}
+
+// dualStackSources asks node-a's fallback listener on its IPv6 address
+// from node-b, from an address of node-b's IPv6 pod network (global
+// unicast, testbed.PodSubnet6) and from one outside every network of the
+// cluster, both routed between the two nodes: the chart's default policy
+// ([local, nodes]: the Nodes' spec.podCIDRs) answers the first and
+// refuses the second. The clients' own lookups (global unicast pods
+// asking their frontend's IPv6 ClusterIP) are the frontend's side.
+func dualStackSources(ctx context.Context, t *testing.T, r *shapesRun) {
+	t.Helper()
+	a, b := r.nodes[0], r.nodes[1]
+	_, podNet, err := net.ParseCIDR(b.PodCIDR6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside := slices.Clone(podNet.IP.To16())
+	inside[15] = 0xfa // high in node-b's range: no pod of this test gets it
+	outside := net.ParseIP("2001:db8:ffff::fa")
+	for _, ip := range []net.IP{inside, outside} {
+		if _, err := b.Run(ctx, "ip", "-6", "addr", "add", ip.String()+"/128", "dev", "lo", "nodad"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// node-a answers the outside address through node-b, as a peered
+	// network would route it.
+	if _, err := a.Run(ctx, "ip", "-6", "route", "replace", outside.String()+"/128", "via", b.IP6.String()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, ip := range []net.IP{inside, outside} {
+			_, _ = b.Run(context.Background(), "ip", "-6", "addr", "del", ip.String()+"/128", "dev", "lo")
+		}
+		_, _ = a.Run(context.Background(), "ip", "-6", "route", "del", outside.String()+"/128")
+	})
+	server := net.JoinHostPort(a.IP6.String(), "53")
+	ask := func(from net.IP) (int, error) {
+		rcode := -1
+		err := netnstest.Namespace{Name: b.Netns}.Do(func() error {
+			cl := &dns.Client{Net: "udp", Timeout: 2 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: from}, Timeout: 2 * time.Second}}
+			m := new(dns.Msg)
+			m.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
+			resp, _, err := cl.Exchange(m, server)
+			if err == nil {
+				rcode = resp.Rcode
+			}
+			return err
+		})
+		return rcode, err
+	}
+	for _, c := range []struct {
+		from net.IP
+		want int
+		what string
+	}{
+		{inside, dns.RcodeSuccess, "node-b's IPv6 pod network (global unicast, in its spec.podCIDRs)"},
+		{outside, dns.RcodeRefused, "outside every network of the cluster"},
+	} {
+		var rc int
+		var err error
+		// The listener may still be opening on a pod that just turned ready.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			if rc, err = ask(c.from); (err == nil && rc == c.want) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil || rc != c.want {
+			t.Errorf("node-a's fallback listener [%s]:53 asked from %s (%s): rcode %d, %v; want %s", a.IP6, c.from, c.what, rc, err, dns.RcodeToString[c.want])
+		} else {
+			t.Logf("node-a's fallback listener [%s]:53 asked from %s (%s): %s", a.IP6, c.from, c.what, dns.RcodeToString[rc])
+		}
 	}
 }

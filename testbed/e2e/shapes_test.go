@@ -229,9 +229,10 @@ func shapes() []shape {
 			kubeadm(ctx, t, r)
 			dualStackDeploy(ctx, t, r)
 		},
-		install: outcome{scaled: true},
-		upgrade: outcome{scaled: true},
-		atEnd:   dualStackAtEnd,
+		install:      outcome{scaled: true},
+		upgrade:      outcome{scaled: true},
+		afterInstall: dualStackSources,
+		atEnd:        dualStackAtEnd,
 	}}
 }
 
