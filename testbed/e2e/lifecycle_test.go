@@ -101,8 +101,8 @@ func lcLoss(row, mode, group string) (string, int) {
 	// pods stopped serving. Since the frontend's readiness probe runs
 	// every second, the pods stop serving within 2 s of SIGTERM, kube-proxy
 	// deletes the entries 1 s later and the backends answer 7 s more:
-	// 2026-12-07 15:44, 0 lost of 7,504 (docs/real-nodes.md, "Lifecycle
-	// matrix").
+	// 2026-12-07 15:44, 0 lost of 7,504; 15:49, 0 of 7,417
+	// (docs/real-nodes.md, "Lifecycle matrix").
 	// apiserver-down: in link-local mode kube-dns's endpoints are the
 	// nodes' backends (their fallback listener on the node IP), and with
 	// no API server they cannot change: kube-proxy sends node-a's share of
