@@ -94,29 +94,15 @@ type lcCell struct {
 // "" when it may not. Each entry is a measured cause that nodedns cannot
 // remove, with its bound (docs/real-nodes.md, "Lifecycle matrix").
 func lcLoss(row, mode, group string) (string, int) {
-	// ds-deleted: the handoff keeps one CoreDNS replica
-	// (coreDNS.keepReplicas), which answers kube-dns, and through it the
-	// release table, while no nodedns pod runs: iptables mode, 2026-12-07,
-	// 0 lost of 6,796 and 6,781 (with CoreDNS at 0, link-local: 3,067 and
-	// 2,841 lost in 22 and 20 s). In link-local mode kube-dns's
-	// endpoints are also the nodes' backends, which go with the pods.
-	// kube-proxy sends no new flow to them once they are terminating, but
-	// a query whose source port matches a UDP conntrack entry still mapped
-	// to a backend follows that entry, and kube-proxy deletes an
-	// endpoint's entries only when it stops serving or leaves the slice:
-	// after the backend has exited (NODEDNS_E2E_TRACE, 14:50: no new flow
-	// to the backends from 1.5 s after they turned terminating; 1,754
-	// entries to them deleted 0.5 to 3 s after they left the slice, the
-	// seconds of the loss). The uninstall row loses the same way. Ours to
-	// remove, not yet removed: a pod that turns unready at SIGTERM while
-	// its backend still answers has its entries deleted before the backend
-	// exits (docs/real-nodes.md, "Lifecycle matrix").
-	// Link-local, 2026-12-07: 57 lost in 3 s of 7,472, the local-address
-	// clients 0 of 7,463; 14:50, load 11.1: 111 of 6,985 in 5 s, 0 of
-	// 6,980. The bound is 3 s of both nodes' clients.
-	if row == "ds-deleted" && mode == "link-local" && group == lcClusterIP {
-		return "UDP conntrack entries of reused source ports still map ClusterIP queries to the nodes' exited backends until kube-proxy deletes them as the backends leave kube-dns's endpoints (link-local mode)", 3 * 2 * clientRate
-	}
+	// ds-deleted and uninstall in link-local mode have no allowance: the
+	// ClusterIP clients lost 57 to 111 lookups (ds-deleted) and 189
+	// (uninstall) to UDP conntrack entries still mapped to the nodes'
+	// backends after they exited, which kube-proxy deleted only once the
+	// pods stopped serving. Since the frontend's readiness probe runs
+	// every second, the pods stop serving within 2 s of SIGTERM, kube-proxy
+	// deletes the entries 1 s later and the backends answer 7 s more:
+	// 2026-12-07 15:44, 0 lost of 7,504; 15:49, 0 of 7,417
+	// (docs/real-nodes.md, "Lifecycle matrix").
 	// apiserver-down: in link-local mode kube-dns's endpoints are the
 	// nodes' backends (their fallback listener on the node IP), and with
 	// no API server they cannot change: kube-proxy sends node-a's share of
