@@ -76,20 +76,7 @@ func TestFallbackNodesSource(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = b.Run(context.Background(), "ip", "addr", "del", src.String()+"/32", "dev", "lo") })
 	fallback := net.JoinHostPort(a.IP.String(), "53")
-	ask := func(from net.IP) (int, error) {
-		rcode := -1
-		err := netnstest.Namespace{Name: b.Netns}.Do(func() error {
-			cl := &dns.Client{Net: "udp", Timeout: 2 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: from}, Timeout: 2 * time.Second}}
-			m := new(dns.Msg)
-			m.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
-			r, _, err := cl.Exchange(m, fallback)
-			if err == nil {
-				rcode = r.Rcode
-			}
-			return err
-		})
-		return rcode, err
-	}
+	ask := func(from net.IP) (int, error) { return askFrom(b.Netns, from, fallback) }
 	metric := func(name, label string) (float64, bool) {
 		out, err := a.Run(ctx, "curl", "-sf", "--max-time", "5", "http://"+a.IP.String()+":9153/metrics")
 		if err != nil {
@@ -147,4 +134,22 @@ func TestFallbackNodesSource(t *testing.T) {
 	}
 	t.Logf("FIGURE nodes source on real nodes: no pod CIDR on the Nodes, %s (node-b's pod network) REFUSED by node-a's fallback listener; answered %s after node-b's spec.podCIDRs was set",
 		src, answeredAfter.Round(10*time.Millisecond))
+}
+
+// askFrom asks server (host:port) for kubernetes.default's A record over
+// UDP from the address from, inside the network namespace netns, and
+// returns the answer's rcode (-1 when none came).
+func askFrom(netns string, from net.IP, server string) (int, error) {
+	rcode := -1
+	err := netnstest.Namespace{Name: netns}.Do(func() error {
+		cl := &dns.Client{Net: "udp", Timeout: 2 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: from}, Timeout: 2 * time.Second}}
+		m := new(dns.Msg)
+		m.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
+		r, _, err := cl.Exchange(m, server)
+		if err == nil {
+			rcode = r.Rcode
+		}
+		return err
+	})
+	return rcode, err
 }

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodedns/nodedns/shared/netnstest"
 	"github.com/nodedns/nodedns/testbed"
 )
 
@@ -149,20 +148,7 @@ func dualStackSources(ctx context.Context, t *testing.T, r *shapesRun) {
 		_, _ = a.Run(context.Background(), "ip", "-6", "route", "del", outside.String()+"/128")
 	})
 	server := net.JoinHostPort(a.IP6.String(), "53")
-	ask := func(from net.IP) (int, error) {
-		rcode := -1
-		err := netnstest.Namespace{Name: b.Netns}.Do(func() error {
-			cl := &dns.Client{Net: "udp", Timeout: 2 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: from}, Timeout: 2 * time.Second}}
-			m := new(dns.Msg)
-			m.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
-			resp, _, err := cl.Exchange(m, server)
-			if err == nil {
-				rcode = resp.Rcode
-			}
-			return err
-		})
-		return rcode, err
-	}
+	ask := func(from net.IP) (int, error) { return askFrom(b.Netns, from, server) }
 	for _, c := range []struct {
 		from net.IP
 		want int
