@@ -36,7 +36,8 @@ const (
 	// nameserver or fail the lookup at once instead of waiting.
 	DefaultRelayTimeout = 3500 * time.Millisecond
 	// DefaultRelayMaxInflight bounds the queries being relayed at once;
-	// past it a query gets SERVFAIL at once. Each costs a goroutine and a
+	// past it a query waits for a slot (relaySlotWait), then gets
+	// SERVFAIL, as do those after it until a slot frees. Each costs a goroutine and a
 	// connection to a relay address, a few KiB, so that silent relay
 	// addresses cannot grow the holder past its memory limit.
 	DefaultRelayMaxInflight = 256

@@ -17,13 +17,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// relayIdleConns bounds the idle connections kept per relay address, and
-// relayIdleTimeout is how long one may stay idle before it is dropped
-// rather than reused: below CoreDNS's TCP idle timeout (10s), so that a
-// pooled connection is rarely found closed under a query.
+// relayIdleTimeout is how long a connection to a relay address may stay
+// idle before it is dropped rather than reused: below CoreDNS's TCP idle
+// timeout (10s), so that a pooled connection is rarely found closed under
+// a query. The idle connections kept per address are bounded by
+// Config.RelayMaxInflight, the in-flight bound, as the frontend's pool
+// is: a bound below the concurrency would close a connection on each
+// return past it and dial another for the next query, a handshake and a
+// conntrack entry (the relay address is a ClusterIP) for each.
 const (
-	relayIdleConns   = 16
 	relayIdleTimeout = 5 * time.Second
+	// relaySlotWait is how long a query read while every in-flight slot
+	// is taken waits for one. Relaying starts with a second of queries
+	// queued in the sockets (RelayAfter), read at once: they are relayed
+	// as slots free, within milliseconds each from a live relay address,
+	// rather than answered SERVFAIL (which fails a pod's lookup). The
+	// reader waits meanwhile, so the queries behind stay in the socket,
+	// where a frontend saying hello finds them. A wait that ends without
+	// a slot (the relay addresses slow or silent) sets the relay
+	// shedding: further queries get SERVFAIL at once until a slot frees,
+	// so that a hung relay address cannot age the queue past the
+	// clients' timeout.
+	relaySlotWait = 500 * time.Millisecond
 	// relayClientIdle closes a client's TCP connection idle this long.
 	relayClientIdle = 10 * time.Second
 	// deniedLogEvery bounds the log lines about sources outside
@@ -42,6 +57,10 @@ type relay struct {
 
 	slots chan struct{} // one per query in flight
 	conns chan struct{} // one per client TCP connection
+	done  chan struct{} // closed by stop
+	// shedding is set when a wait for a slot ended without one, and
+	// cleared when a slot is taken (relaySlotWait).
+	shedding atomic.Bool
 
 	mu      sync.Mutex
 	stopped bool
@@ -74,6 +93,7 @@ func startRelay(cfg Config, log *zap.Logger, fds []int) (*relay, error) {
 		log:     log,
 		slots:   make(chan struct{}, cfg.RelayMaxInflight),
 		conns:   make(chan struct{}, cfg.RelayMaxConns),
+		done:    make(chan struct{}),
 		clients: make(map[net.Conn]struct{}),
 		idle:    make(map[string][]idleConn),
 		start:   time.Now(),
@@ -144,6 +164,7 @@ func (r *relay) add(fd int) error {
 func (r *relay) stop() {
 	r.mu.Lock()
 	r.stopped = true
+	close(r.done)
 	now := time.Now()
 	for _, pc := range r.pcs {
 		_ = pc.SetReadDeadline(now)
@@ -218,9 +239,8 @@ func (r *relay) readUDP(pc net.PacketConn) {
 			}
 			continue
 		}
-		select {
-		case r.slots <- struct{}{}:
-		default:
+		got := r.acquire(r.done)
+		if got == slotNone {
 			if resp := r.fail(buf[:n], dns.RcodeServerFailure); resp != nil {
 				_, _ = pc.WriteTo(resp, addr)
 			}
@@ -228,11 +248,51 @@ func (r *relay) readUDP(pc net.PacketConn) {
 		}
 		q := append([]byte(nil), buf[:n]...)
 		inflight.Go(func() {
+			// Stopped while waiting: the query read is still answered,
+			// its wait goes on here and the reader returns.
+			if got == slotStopped && r.acquire(nil) == slotNone {
+				if resp := r.fail(q, dns.RcodeServerFailure); resp != nil {
+					_, _ = pc.WriteTo(resp, addr)
+				}
+				return
+			}
 			defer func() { <-r.slots }()
 			if resp := r.answer(q, true); resp != nil {
 				_, _ = pc.WriteTo(resp, addr)
 			}
 		})
+	}
+}
+
+// Results of acquire.
+const (
+	slotTaken   = iota // a slot is taken: release it after the answer
+	slotNone           // none freed within relaySlotWait, or shedding
+	slotStopped        // stop came first: no slot taken
+)
+
+// acquire takes an in-flight slot: at once when one is free; else, unless
+// the relay is shedding, within relaySlotWait, or until done is closed.
+func (r *relay) acquire(done <-chan struct{}) int {
+	select {
+	case r.slots <- struct{}{}:
+		r.shedding.Store(false)
+		return slotTaken
+	default:
+	}
+	if r.shedding.Load() {
+		return slotNone
+	}
+	t := time.NewTimer(relaySlotWait)
+	defer t.Stop()
+	select {
+	case r.slots <- struct{}{}:
+		return slotTaken
+	case <-done:
+		return slotStopped
+	case <-t.C:
+		r.shedding.Store(true)
+		return slotNone
 	}
 }
 
@@ -292,11 +352,10 @@ func (r *relay) serveTCP(c net.Conn) {
 			return
 		}
 		var resp []byte
-		select {
-		case r.slots <- struct{}{}:
+		if r.acquire(nil) == slotTaken {
 			resp = r.answer(q, false)
 			<-r.slots
-		default:
+		} else {
 			resp = r.fail(q, dns.RcodeServerFailure)
 		}
 		if resp == nil {
@@ -547,7 +606,7 @@ func (r *relay) pooled(addr string) net.Conn {
 func (r *relay) put(addr string, c net.Conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped || len(r.idle[addr]) >= relayIdleConns {
+	if r.stopped || len(r.idle[addr]) >= r.cfg.RelayMaxInflight {
 		_ = c.Close()
 		return
 	}

@@ -288,30 +288,60 @@ func rcodes(cs []client, start time.Time, wait time.Duration) ([]time.Duration, 
 	return took, codes
 }
 
-// TestRelayInflightBound: past RelayMaxInflight queries, each gets
-// SERVFAIL at once, and those in flight SERVFAIL at the bound: none is
-// left unanswered.
+// TestRelayInflightBound: past RelayMaxInflight queries, the reader waits
+// relaySlotWait for a slot (the queries behind it wait in the socket),
+// then those past the bound get SERVFAIL (the relay sheds until a slot
+// frees), and those in flight SERVFAIL at the bound: none is left
+// unanswered, none waits for the bound past it.
 func TestRelayInflightBound(t *testing.T) {
-	const inflight, sent, bound = 4, 12, 800 * time.Millisecond
+	const inflight, sent, bound = 4, 12, 2 * time.Second
 	_, _, addr := relayingHolder(t, []string{silentTarget(t)}, func(c *Config) {
 		c.RelayMaxInflight, c.RelayTimeout = inflight, bound
 	})
 	start := time.Now()
 	cs := sendQueries(t, addr, sent)
 	took, codes := rcodes(cs, start, bound+time.Second)
-	early := 0
+	var early, waited, atBound int
 	for i := range cs {
 		switch {
 		case took[i] == 0:
 			t.Errorf("query %d: no answer", i)
 		case codes[i] != dns.RcodeServerFailure:
 			t.Errorf("query %d: %s, want SERVFAIL", i, dns.RcodeToString[codes[i]])
-		case took[i] < bound/2:
+		case took[i] < relaySlotWait*3/4:
 			early++
+		case took[i] < bound*3/4:
+			waited++
+		default:
+			atBound++
 		}
 	}
-	if early != sent-inflight {
-		t.Errorf("%d queries got SERVFAIL at once, want the %d past the bound of %d", early, sent-inflight, inflight)
+	if early != 0 || waited != sent-inflight || atBound != inflight {
+		t.Errorf("SERVFAIL before the wait for a slot: %d, after it: %d, at the bound: %d; want 0, %d (past the bound of %d) and %d",
+			early, waited, atBound, sent-inflight, inflight, inflight)
+	}
+}
+
+// TestRelayBurst: the queue a dead frontend leaves, read at once when
+// relaying starts, is relayed as in-flight slots free, none SERVFAIL:
+// 25 times the bound, to an address that answers.
+func TestRelayBurst(t *testing.T) {
+	const inflight, sent = 4, 100
+	tg := startTarget(t)
+	_, _, addr := relayingHolder(t, []string{tg.addr}, func(c *Config) { c.RelayMaxInflight = inflight })
+	start := time.Now()
+	cs := sendQueries(t, addr, sent)
+	took, codes := rcodes(cs, start, 3*time.Second)
+	for i := range cs {
+		switch {
+		case took[i] == 0:
+			t.Errorf("query %d: no answer", i)
+		case codes[i] != dns.RcodeSuccess:
+			t.Errorf("query %d: %s after %v, want the relay's answer", i, dns.RcodeToString[codes[i]], took[i].Round(time.Millisecond))
+		}
+	}
+	if n := tg.queries.Load(); n != sent {
+		t.Errorf("the relay address got %d queries, want %d", n, sent)
 	}
 }
 
@@ -337,11 +367,11 @@ func TestRelayMemory(t *testing.T) {
 	if per > 16<<10 {
 		t.Errorf("%d bytes per query in flight, want under 16 KiB", per)
 	}
-	// One more gets SERVFAIL at once.
+	// One more gets SERVFAIL once its wait for a slot ends.
 	more := sendQueries(t, addr, 1)
-	took, codes := rcodes(more, time.Now(), time.Second)
+	took, codes := rcodes(more, time.Now(), relaySlotWait+time.Second)
 	if took[0] == 0 || codes[0] != dns.RcodeServerFailure {
-		t.Errorf("a query past the bound: answered %v, rcode %s; want SERVFAIL at once", took[0] > 0, dns.RcodeToString[codes[0]])
+		t.Errorf("a query past the bound: answered %v, rcode %s; want SERVFAIL after %v", took[0] > 0, dns.RcodeToString[codes[0]], relaySlotWait)
 	}
 	_ = cs
 }
