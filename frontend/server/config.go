@@ -129,7 +129,10 @@ type Config struct {
 	// ClusterDomain: domains.go), whoever sent them; a miss of a new
 	// question under it past that is answered by Handler.Overloaded,
 	// one of a question in flight is not (it joins that exchange). Default: MaxInflight /
-	// DefaultDomainShare (125), at least 1.
+	// DefaultDomainShare (125), at least 1. Not for names in
+	// ClusterDomain in the first 5s after the start (shedArmAfter): a
+	// restart's backlog into a cold cache asks more distinct names in
+	// the pods' namespaces than that, none of them slow.
 	MaxInflightPerDomain int
 
 	// ClusterDomain is the cluster's DNS domain (kubelet's

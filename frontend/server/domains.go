@@ -137,15 +137,17 @@ func (t *domainTable) held(k domKey) int {
 
 // key returns the key of req's question, its domain grouped as described
 // above, with cluster the cluster domain in lowercase without the final
-// dot ("" for none). It allocates once (publicsuffix's failed parse of
-// the name as an IP address), and only misses call it.
-func (t *domainTable) key(req []byte, cluster string) domKey {
+// dot ("" for none), and whether the name is in the cluster domain. It
+// allocates once (publicsuffix's failed parse of the name as an IP
+// address), and only misses call it.
+func (t *domainTable) key(req []byte, cluster string) (domKey, bool) {
 	buf := t.names.Get().(*[dnswire.MaxNameLen]byte)
 	defer t.names.Put(buf)
 	name, end, ok := questionText(buf, req)
 	if !ok {
-		return domKey{}
+		return domKey{}, false
 	}
+	inCluster := cluster != "" && (name == cluster || strings.HasSuffix(name, cluster) && strings.HasSuffix(name[:len(name)-len(cluster)], "."))
 	k := domKey{dom: maphash.String(t.seed, domainOf(name, cluster)), q: maphash.String(t.seed, name)}
 	if end+2 <= len(req) {
 		// The type: A and AAAA of a name are two exchanges.
@@ -154,7 +156,7 @@ func (t *domainTable) key(req []byte, cluster string) domKey {
 	if k.dom == 0 {
 		k.dom = 1
 	}
-	return k
+	return k, inCluster
 }
 
 // questionText writes the first question's name of req into buf as

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"testing"
 
@@ -41,7 +42,8 @@ func TestDomainKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tbl.key(b, "cluster.local")
+		k, _ := tbl.key(b, "cluster.local")
+		return k
 	}
 	if key("a.Hang.EXAMPLE.").dom != key("b.hang.example.").dom {
 		t.Error("two names of one registrable domain, in any case, have different domains")
@@ -59,7 +61,7 @@ func TestDomainKey(t *testing.T) {
 		t.Error("two namespaces share a key")
 	}
 	for _, bad := range [][]byte{nil, make([]byte, headerLen), {0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 5, 'a'}} {
-		if k := tbl.key(bad, ""); k != (domKey{}) {
+		if k, _ := tbl.key(bad, ""); k != (domKey{}) {
 			t.Errorf("key(%v) = %v, want none (no question)", bad, k)
 		}
 	}
@@ -149,6 +151,47 @@ func TestDomainShare(t *testing.T) {
 		if _, ok := s.acquire(src, q("n4.slow.example.")); !ok {
 			t.Fatal("a question already in flight refused for its domain's share")
 		}
+	}
+}
+
+// TestDomainShareStartWindow: in the first shedArmAfter after the start,
+// a cold cache's backlog of distinct names in one namespace of the cluster
+// domain is admitted past the domain's share, while a domain outside it
+// keeps its share; past the window the namespace has its share again.
+func TestDomainShareStartWindow(t *testing.T) {
+	q := func(name string) []byte {
+		b, _ := (&dns.Msg{Question: []dns.Question{{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}}}).Pack()
+		return b
+	}
+	src := v4Key([4]byte{127, 0, 0, 2})
+	for _, c := range []struct {
+		name     string
+		armAfter time.Duration
+		admitted int // of 6 distinct names in team-a's namespace
+	}{{"in the start window", 0, 6}, {"past it", time.Nanosecond, 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			s, _ := startServer(t, Config{MaxInflight: 40, MaxInflightPerSource: 40, MaxInflightPerDomain: 3,
+				ClusterDomain: "cluster.local", shedArmAfter: c.armAfter}, &fakeHandler{})
+			time.Sleep(time.Millisecond)
+			admitted := 0
+			for i := range 6 {
+				if _, ok := s.acquire(src, q(fmt.Sprintf("n%d.example.net.team-a.svc.cluster.local.", i))); ok {
+					admitted++
+				}
+			}
+			if admitted != c.admitted {
+				t.Errorf("%d of 6 distinct names under team-a.svc admitted, want %d", admitted, c.admitted)
+			}
+			outside := 0
+			for i := range 6 {
+				if _, ok := s.acquire(src, q(fmt.Sprintf("n%d.slow.example.", i))); ok {
+					outside++
+				}
+			}
+			if outside != 3 {
+				t.Errorf("%d of 6 distinct names under slow.example admitted, want its share of 3", outside)
+			}
+		})
 	}
 }
 

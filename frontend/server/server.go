@@ -426,8 +426,19 @@ func (s *Server) acquire(src srcKey, req []byte) (domKey, bool) {
 		s.refuse(reason)
 		return domKey{}, false
 	}
-	dom := s.domains.key(req, s.cfg.ClusterDomain)
-	if !s.domains.take(dom, s.cfg.MaxInflightPerDomain) {
+	dom, inCluster := s.domains.key(req, s.cfg.ClusterDomain)
+	share := s.cfg.MaxInflightPerDomain
+	if inCluster && time.Now().UnixNano()-s.readStart < s.cfg.shedArmAfter.Nanoseconds() {
+		// A restart's backlog, read into a cold cache, holds every
+		// name the node's pods asked in the last second through their
+		// first search domain, their namespace: more distinct questions
+		// than its share, none slow (the backend answers them from
+		// memory). For the start window (shedArmAfter, as for shedding)
+		// the cluster domain's namespaces are bounded by the source and
+		// node shares only; other domains keep their share.
+		share = s.cfg.MaxInflight
+	}
+	if !s.domains.take(dom, share) {
 		s.sources.give(src, srcMisses)
 		s.inflight.Add(-1)
 		s.refuse(refusedInflightDomain)
