@@ -154,6 +154,47 @@ func TestDomainShare(t *testing.T) {
 	}
 }
 
+// TestDomainShareSparesFewMisses: past a domain's share, taken by one
+// client's flood of new names, another client's lookup under that domain
+// (up to minShare misses, A and AAAA) is still admitted and given back on
+// release; its next miss past minShare, and the flooder's, are refused.
+func TestDomainShareSparesFewMisses(t *testing.T) {
+	s, _ := startServer(t, Config{MaxInflight: 40, MaxInflightPerSource: 40, MaxInflightPerDomain: 3}, &fakeHandler{})
+	q := func(name string) []byte {
+		b, _ := (&dns.Msg{Question: []dns.Question{{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}}}).Pack()
+		return b
+	}
+	flooder, pod := v4Key([4]byte{10, 0, 0, 1}), v4Key([4]byte{10, 0, 0, 2})
+	for i := range 3 {
+		if _, ok := s.acquire(flooder, q(fmt.Sprintf("f%d.flood.example.", i))); !ok {
+			t.Fatalf("flood miss %d refused under the share", i)
+		}
+	}
+	if _, ok := s.acquire(flooder, q("f3.flood.example.")); ok {
+		t.Error("the flooder's fourth new name admitted past the share of 3")
+	}
+	var doms []domKey
+	for i := range minShare {
+		d, ok := s.acquire(pod, q(fmt.Sprintf("p%d.flood.example.", i)))
+		if !ok {
+			t.Fatalf("the other client's miss %d under the flooded domain refused; it holds %d", i, i)
+		}
+		doms = append(doms, d)
+	}
+	if _, ok := s.acquire(pod, q("p9.flood.example.")); ok {
+		t.Errorf("the other client's miss past minShare (%d) admitted past the share", minShare)
+	}
+	if n := s.domains.held(doms[0]); n != 3+minShare {
+		t.Errorf("domain holds %d questions, want %d", n, 3+minShare)
+	}
+	for _, d := range doms {
+		s.release(pod, d)
+	}
+	if n := s.domains.held(doms[0]); n != 3 {
+		t.Errorf("domain holds %d questions after the release, want 3", n)
+	}
+}
+
 // TestDomainShareStartWindow: in the first shedArmAfter after the start,
 // a cold cache's backlog of distinct names in one namespace of the cluster
 // domain is admitted past the domain's share, while a domain outside it

@@ -438,7 +438,7 @@ func (s *Server) acquire(src srcKey, req []byte) (domKey, bool) {
 		// node shares only; other domains keep their share.
 		share = s.cfg.MaxInflight
 	}
-	if !s.domains.take(dom, share) {
+	if !s.domains.take(dom, share) && !s.underMinShare(src, dom) {
 		s.sources.give(src, srcMisses)
 		s.inflight.Add(-1)
 		s.refuse(refusedInflightDomain)
@@ -450,8 +450,21 @@ func (s *Server) acquire(src srcKey, req []byte) (domKey, bool) {
 }
 
 // minShare is the fewest misses in flight acquire lets a client hold
-// past a lowered limit.
+// past a lowered limit or past its domain's share.
 const minShare = 2
+
+// underMinShare admits, past the share of its domain, the miss of a
+// client that holds no more than minShare misses with it (one lookup's A
+// and AAAA): a pod's lookup under a domain that another client floods
+// with new names is resolved, as past a limit lowered for a standing
+// queue, while the flooding client, which holds more, is refused. The
+// domain's count takes it, so that it is given back on release.
+func (s *Server) underMinShare(src srcKey, dom domKey) bool {
+	if s.sources.held(src).misses > minShare {
+		return false
+	}
+	return s.domains.take(dom, s.cfg.MaxInflight)
+}
 
 // release gives back the slots acquire took for src and dom.
 func (s *Server) release(src srcKey, dom domKey) {
