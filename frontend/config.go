@@ -138,7 +138,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.mode, "mode", defaultMode, "how pods reach the frontend: "+modeNames)
 	fs.StringVar(&cfg.iptablesBackend, "iptables-backend", "auto", "iptables implementation of the rules: auto (the one the host's rules live in), nft or legacy; nft needs no CAP_NET_RAW")
 	fs.Var((*ipListFlag)(&cfg.localIPs), "local-ip", "`IP[,IP]` owned by the frontend (the node IP in node-ip mode)")
-	fs.Var((*ipListFlag)(&cfg.serviceIPs), "service-ip", "kube-dns ClusterIP `IP[,IP]` owned in iptables mode")
+	fs.Var((*ipListFlag)(&cfg.serviceIPs), "service-ip", "kube-dns ClusterIP `IP[,IP]` owned in iptables mode (required) and node-ip mode")
 	fs.Var(&cfg.releaseTo, "release-to", "kube-dns ClusterIP `IP[,IP]` that queries to the local IPs go to whenever no frontend serves them (default: --service-ip; empty: none)")
 	fs.StringVar(&cfg.iface, "interface", defaultInterface, "`NAME` of the link holding the local IPs")
 	durationVar(fs, &cfg.syncInterval, "sync-interval", defaultSyncInterval, "how often the interface and rules are re-applied")

@@ -121,6 +121,9 @@ func newNetwork(ctx context.Context, cfg config, log *zap.Logger, reg *vm.Set, g
 			return nil, fmt.Errorf("node network: %w", err)
 		}
 		ncfg.ReleaseSkipInterfaces = ifs
+		if len(ncfg.ServiceIPs) == 0 {
+			log.Warn("node-ip mode without --service-ip: once the nodedns pods are kube-dns's endpoints, pods that name the kube-dns ClusterIP lose the answers kube-proxy sends them from this node's IP (docs/modes.md, node-ip)")
+		}
 	}
 	m, err := nodenet.NewHost(ctx, ncfg, log, reg)
 	if err != nil {

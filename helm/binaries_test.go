@@ -203,7 +203,7 @@ func TestNodeContainersEnv(t *testing.T) {
 			t.Errorf("frontend env lacks %s: %q", want, fe.Env)
 		}
 	}
-	for _, want := range []string{"--mode=node-ip", "--listen=192.0.2.7:53"} {
+	for _, want := range []string{"--mode=node-ip", "--listen=192.0.2.7:53,10.96.0.10:53"} {
 		if !slices.Contains(fe.Command, want) {
 			t.Errorf("frontend command line lacks %s: %q", want, fe.Command)
 		}

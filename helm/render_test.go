@@ -448,7 +448,11 @@ func TestFrontendArgs(t *testing.T) {
 			"--service-ip=10.96.0.10", "--fallback=10.96.0.11:53", "--backend=127.0.0.1:5300",
 			"--metrics=192.0.2.7:9253"}, nil}, // --health and --backend-ready-url: TestProbeAddress
 		{`mode: link-local`, []string{"--mode=link-local", "--listen=169.254.20.10:53", "--local-ip=169.254.20.10"}, []string{"--service-ip"}},
-		{`mode: node-ip`, []string{"--mode=node-ip", "--listen=192.0.2.7:53", "--local-ip=192.0.2.7", "--fallback=10.96.0.11:5301"}, []string{"--service-ip", "--interface"}},
+		// node-ip mode owns the ClusterIP too: pods naming it are never
+		// DNATed to the node IP (docs/modes.md).
+		{`mode: node-ip`, []string{"--mode=node-ip", "--listen=192.0.2.7:53,10.96.0.10:53", "--local-ip=192.0.2.7",
+			"--service-ip=10.96.0.10", "--interface=nodedns", "--release-to=10.96.0.10", "--fallback=10.96.0.11:5301"}, nil},
+		{"mode: node-ip\nservice: {clusterIP: fd00:10:96::a}\nfallback: {clusterIP: fd00:10:96::b}", []string{"--listen=192.0.2.7:53,[fd00:10:96::a]:53", "--service-ip=fd00:10:96::a"}, nil},
 		{"service: {clusterIP: 10.100.0.10}", []string{"--service-ip=10.100.0.10", "--fallback=10.100.0.11:53"}, nil},
 		{"backend: {fallbackPort: 5353}", []string{"--fallback=10.96.0.11:5353"}, nil},
 		{"localIP: fd00::10\nservice: {clusterIP: fd00:10:96::a}\nfallback: {clusterIP: fd00:10:96::b}", []string{"--listen=[fd00::10]:53,[fd00:10:96::a]:53", "--service-ip=fd00:10:96::a", "--fallback=[fd00:10:96::b]:53"}, nil},

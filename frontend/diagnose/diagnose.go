@@ -97,10 +97,11 @@ func Run(ctx context.Context, cfg Config) []Finding {
 		return []Finding{{Check: "config", Detail: err.Error(), Fix: "pass diagnose the same flags as the frontend's DaemonSet"}}
 	}
 	if cfg.SetupNetwork {
-		if cfg.Net.Mode != nodenet.ModeNodeIP {
-			out = append(out, checkInterface(cfg))
-		} else {
+		if cfg.Net.Mode == nodenet.ModeNodeIP {
 			out = append(out, checkNodeIP(cfg))
+		}
+		if cfg.Net.UsesLink() {
+			out = append(out, checkInterface(cfg))
 		}
 		out = append(out, checkRules(ctx, cfg)...)
 		out = append(out, checkReleaseTable(cfg))
@@ -187,7 +188,7 @@ func checkInterface(cfg Config) Finding {
 		}
 		held = append(held, a.IPNet.String())
 	}
-	for _, ip := range cfg.Net.OwnedIPs() {
+	for _, ip := range cfg.Net.LinkIPs() {
 		if !have[ip.String()] {
 			problems = append(problems, "lacks "+ip.String())
 		}
@@ -222,7 +223,7 @@ func checkNodeIP(cfg Config) Finding {
 			return f
 		}
 	}
-	f.OK, f.Detail = true, "node-ip mode: no interface; the node IP is local"
+	f.OK, f.Detail = true, "node-ip mode: the node IP is local"
 	return f
 }
 
@@ -612,7 +613,7 @@ func checkKubelet(cfg Config) Finding {
 	}
 	want := cfg.Net.LocalIPs
 	what := "--local-ip"
-	if cfg.Net.Mode == nodenet.ModeIPTables {
+	if cfg.Net.Mode != nodenet.ModeLinkLocal && len(cfg.Net.ServiceIPs) > 0 {
 		want, what = append(append([]net.IP(nil), cfg.Net.ServiceIPs...), cfg.Net.LocalIPs...), "the kube-dns ClusterIP (--service-ip) or --local-ip"
 	}
 	for _, g := range got {

@@ -3,11 +3,14 @@ package diagnose
 import (
 	"bytes"
 	"encoding/binary"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nodedns/nodedns/frontend/nodenet"
 )
 
 func TestParseProcNet(t *testing.T) {
@@ -122,6 +125,22 @@ func TestCheckKubelet(t *testing.T) {
 	os.WriteFile(path, []byte("clusterDNS: [169.254.20.10]\n"), 0o644)
 	if f := checkKubelet(cfg); !f.OK || f.Skipped {
 		t.Errorf("match: %+v", f)
+	}
+	// node-ip mode owns the ClusterIP too when given it: either address
+	// is answered on the node; without it, only the node IP.
+	cfg.Net = nodenet.Config{Mode: nodenet.ModeNodeIP, LocalIPs: []net.IP{net.ParseIP("10.0.0.5")}, ServiceIPs: []net.IP{net.ParseIP("10.96.0.10")}}
+	if err := cfg.Net.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, dns := range []string{"10.0.0.5", "10.96.0.10"} {
+		os.WriteFile(path, []byte("clusterDNS: ["+dns+"]\n"), 0o644)
+		if f := checkKubelet(cfg); !f.OK || f.Skipped {
+			t.Errorf("node-ip, clusterDNS %s: %+v", dns, f)
+		}
+	}
+	cfg.Net.ServiceIPs = nil
+	if f := checkKubelet(cfg); f.OK || !strings.Contains(f.Detail, "node-ip mode needs --local-ip") {
+		t.Errorf("node-ip without --service-ip, clusterDNS 10.96.0.10: %+v", f)
 	}
 }
 

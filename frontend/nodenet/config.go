@@ -22,8 +22,12 @@ const (
 	// at it. For kube-proxy IPVS and Cilium's kube-proxy replacement, which
 	// would otherwise capture a locally bound ClusterIP.
 	ModeLinkLocal Mode = "link-local"
-	// ModeNodeIP creates no interface: the frontend listens on the node IP
-	// and only NOTRACK/ACCEPT rules for that IP:53 are installed.
+	// ModeNodeIP owns the node IP (already local: only NOTRACK/ACCEPT rules
+	// for its port 53) and, when given, the kube-dns ClusterIP(s) as
+	// ModeIPTables does, on the interface, which holds only them: pods that
+	// name the ClusterIP are answered here, never DNATed by kube-proxy to
+	// this node's own IP, whose answers the NOTRACK rules keep from
+	// conntrack's reverse NAT.
 	ModeNodeIP Mode = "node-ip"
 )
 
@@ -47,10 +51,11 @@ type Config struct {
 	// LocalIPs are the addresses pods' queries go to: the link-local IP(s),
 	// or the node IP(s) in ModeNodeIP. Default 169.254.20.10.
 	LocalIPs []net.IP
-	// ServiceIPs are the kube-dns ClusterIP(s); owned only in ModeIPTables.
+	// ServiceIPs are the kube-dns ClusterIP(s); owned in ModeIPTables
+	// (required) and ModeNodeIP, ignored in ModeLinkLocal.
 	ServiceIPs []net.IP
 	// Interface is the name of the link that holds the addresses; default
-	// "nodedns". Unused in ModeNodeIP.
+	// "nodedns". Unused in ModeNodeIP without ServiceIPs.
 	Interface string
 	// DNSPort is the port the frontend answers on; default 53.
 	DNSPort int
@@ -123,12 +128,17 @@ func (c *Config) Validate() error {
 			if ip.IsLinkLocalUnicast() {
 				return fmt.Errorf("mode node-ip needs --local-ip set to the node IP (status.hostIP), not %v", ip)
 			}
+			for _, s := range c.ServiceIPs {
+				if s.Equal(ip) {
+					return fmt.Errorf("mode node-ip: %v is both the node IP (--local-ip) and the kube-dns ClusterIP (--service-ip)", ip)
+				}
+			}
 		}
 	}
 	if c.Mode == ModeIPTables && len(c.ServiceIPs) == 0 {
 		return errors.New("mode iptables needs --service-ip (the kube-dns ClusterIP); use --mode=link-local to own only the link-local IP")
 	}
-	if c.Mode != ModeNodeIP && (len(c.Interface) > 15 || c.Interface == "lo") {
+	if c.UsesLink() && (len(c.Interface) > 15 || c.Interface == "lo") {
 		return fmt.Errorf("interface %q: want a new link name of at most 15 bytes", c.Interface)
 	}
 	if c.DNSPort < 1 || c.DNSPort > 65535 || c.HealthPort < 0 || c.HealthPort > 65535 {
@@ -171,13 +181,29 @@ func (c *Config) Validate() error {
 }
 
 // OwnedIPs returns the addresses the node DNS takes over in this mode:
-// those put on the interface (except in ModeNodeIP) and matched by the rules.
+// those matched by the rules (LinkIPs are those put on the interface).
 func (c *Config) OwnedIPs() []net.IP {
 	ips := append([]net.IP(nil), c.LocalIPs...)
-	if c.Mode == ModeIPTables {
+	if c.Mode != ModeLinkLocal {
 		ips = append(ips, c.ServiceIPs...)
 	}
 	return ips
+}
+
+// LinkIPs returns the owned addresses the interface holds: all of them,
+// except in ModeNodeIP the node IP, which is local already.
+func (c *Config) LinkIPs() []net.IP {
+	if c.Mode == ModeNodeIP {
+		return append([]net.IP(nil), c.ServiceIPs...)
+	}
+	return c.OwnedIPs()
+}
+
+// UsesLink reports whether this configuration puts addresses on the
+// interface: every mode but ModeNodeIP without ServiceIPs, which removes
+// a link left by another configuration instead.
+func (c *Config) UsesLink() bool {
+	return len(c.LinkIPs()) > 0
 }
 
 // loopbackBackend returns the IP and port of Backend when its host is a

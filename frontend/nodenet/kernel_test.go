@@ -371,33 +371,46 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // TestKernelModes checks what the other modes own: link-local takes only
-// the link-local address, node-ip no interface and only the node IP's rules.
+// the link-local address; node-ip the node IP's rules and, given the
+// ClusterIP, that address on the interface with its rules, else no
+// interface.
 func TestKernelModes(t *testing.T) {
 	netnstest.Require(t, "iptables-nft", "iptables-nft-save", "iptables-legacy-save")
 	for _, tc := range []struct {
+		name      string
 		mode      nodenet.Mode
 		local     string
-		ask       string // answered from the pod, without conntrack
+		service   string
+		ask       []string // answered from the pod, without conntrack
 		wantLink  bool
 		notOwned  string
 		wantRules int
 	}{
-		{nodenet.ModeLinkLocal, linkLocal, linkLocal, true, clusterIP, 10},
-		{nodenet.ModeNodeIP, netnstest.NodeVethIP, netnstest.NodeVethIP, false, linkLocal, 10},
+		{"link-local", nodenet.ModeLinkLocal, linkLocal, clusterIP, []string{linkLocal}, true, clusterIP, 10},
+		{"node-ip", nodenet.ModeNodeIP, netnstest.NodeVethIP, clusterIP, []string{netnstest.NodeVethIP, clusterIP}, true, linkLocal, 20},
+		{"node-ip without ClusterIP", nodenet.ModeNodeIP, netnstest.NodeVethIP, "", []string{netnstest.NodeVethIP}, false, clusterIP, 10},
 	} {
-		t.Run(string(tc.mode), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			topo := netnstest.NodePod(t)
 			node, pod := topo.Node, topo.Pod
 			node.Run("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", "10.244.0.0/16", "-j", "MASQUERADE")
-			serveDNS(t, node, tc.ask+":53")
-			m := newManager(t, node, nodenet.Config{Mode: tc.mode, LocalIPs: []net.IP{net.ParseIP(tc.local).To4()}, ServiceIPs: []net.IP{net.ParseIP(clusterIP).To4()}})
+			cfg := nodenet.Config{Mode: tc.mode, LocalIPs: []net.IP{net.ParseIP(tc.local).To4()}}
+			if tc.service != "" {
+				cfg.ServiceIPs = []net.IP{net.ParseIP(tc.service).To4()}
+			}
+			for _, a := range tc.ask {
+				serveDNS(t, node, a+":53")
+			}
+			m := newManager(t, node, cfg)
 			if err := node.Do(func() error { return m.Sync(context.Background()) }); err != nil {
 				t.Fatal(err)
 			}
 			before := conntrackCount(t, node)
 			for range 100 {
-				if err := query(pod, "udp", tc.ask+":53"); err != nil {
-					t.Fatal(err)
+				for _, a := range tc.ask {
+					if err := query(pod, "udp", a+":53"); err != nil {
+						t.Fatalf("%s: %v", a, err)
+					}
 				}
 			}
 			if after := conntrackCount(t, node); after-before > 2 {
@@ -416,6 +429,91 @@ func TestKernelModes(t *testing.T) {
 			}
 			if got := savedRules(t, node, nodenet.BackendNFT); len(got) != 0 {
 				t.Errorf("rules left: %q", got)
+			}
+		})
+	}
+}
+
+// TestKernelNodeIPClusterIP: in node-ip mode, once the nodedns pods are
+// kube-dns's endpoints, kube-proxy DNATs a pod's query to the ClusterIP to
+// its own node IP's port 53, the frontend, about half the time. The
+// frontend's NOTRACK of answers from that port keeps such an answer from
+// conntrack's reverse NAT: it reaches the pod from the node IP, and the
+// pod's socket, connected to the ClusterIP, drops it. Owning the ClusterIP
+// (ServiceIPs) answers it on the node, untracked, never DNATed; after
+// Teardown the DNAT answers it again (fail-open).
+func TestKernelNodeIPClusterIP(t *testing.T) {
+	netnstest.Require(t, "iptables-nft", "iptables-nft-save", "iptables-legacy-save")
+	for _, owned := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ClusterIP owned=%v", owned), func(t *testing.T) {
+			topo := netnstest.NodePod(t)
+			node, pod := topo.Node, topo.Pod
+			// kube-proxy's DNAT of the ClusterIP to this node's endpoint.
+			for _, proto := range []string{"udp", "tcp"} {
+				node.Run("iptables-nft", "-t", "nat", "-A", "PREROUTING", "-d", clusterIP, "-p", proto, "--dport", "53",
+					"-j", "DNAT", "--to-destination", netnstest.NodeVethIP+":53")
+			}
+			// The frontend listens on every address it may own.
+			serveDNS(t, node, netnstest.NodeVethIP+":53", clusterIP+":53")
+			cfg := nodenet.Config{Mode: nodenet.ModeNodeIP, IPTables: nodenet.BackendNFT, LocalIPs: []net.IP{net.ParseIP(netnstest.NodeVethIP).To4()}}
+			if owned {
+				cfg.ServiceIPs = []net.IP{net.ParseIP(clusterIP).To4()}
+			}
+			m := newManager(t, node, cfg)
+			t.Cleanup(func() { _ = node.Do(func() error { return m.Teardown(context.Background()) }) })
+			// Before the takeover: the DNAT answers, tracked both ways.
+			for _, proto := range []string{"udp", "tcp"} {
+				if err := query(pod, proto, clusterIP+":53"); err != nil {
+					t.Fatalf("%s before the takeover, through the DNAT: %v", proto, err)
+				}
+			}
+			if err := node.Do(func() error { return m.Sync(context.Background()) }); err != nil {
+				t.Fatal(err)
+			}
+			// A new flow each query (a new source port): an entry from
+			// before binds none of them.
+			var lost []string
+			n := 20
+			if !owned {
+				n = 3 // each lost query waits out query's 2 s timeout
+			}
+			before := conntrackCount(t, node)
+			for i := range n {
+				for _, proto := range []string{"udp", "tcp"} {
+					if err := query(pod, proto, clusterIP+":53"); err != nil {
+						lost = append(lost, fmt.Sprintf("%s #%d: %v", proto, i, err))
+					}
+				}
+				if err := query(pod, "udp", netnstest.NodeVethIP+":53"); err != nil {
+					t.Fatalf("node IP: %v", err)
+				}
+			}
+			grew := conntrackCount(t, node) - before
+			if !owned {
+				// The loss this mode had: every query DNATed to the node IP.
+				if len(lost) != 2*n {
+					t.Errorf("without the ClusterIP owned, %d of %d ClusterIP queries lost, want all (the answer from the node IP escapes the reverse NAT): %q", len(lost), 2*n, lost)
+				}
+				return
+			}
+			if len(lost) > 0 {
+				t.Errorf("%d of %d ClusterIP queries lost: %q", len(lost), 2*n, lost)
+			}
+			if grew > 2 {
+				t.Errorf("conntrack grew by %d over 60 queries answered on the node", grew)
+			}
+			if err := node.Do(func() error { return m.Teardown(context.Background()) }); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := node.Exec("ip", "link", "show", "nodedns"); err == nil {
+				t.Error("Teardown left the nodedns link")
+			}
+			// Fail-open: the ClusterIP is not local any more, the DNAT
+			// sends the query to the endpoint and reverses the answer.
+			for _, proto := range []string{"udp", "tcp"} {
+				if err := query(pod, proto, clusterIP+":53"); err != nil {
+					t.Errorf("%s after Teardown, through the DNAT: %v", proto, err)
+				}
 			}
 		})
 	}

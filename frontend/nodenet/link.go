@@ -124,10 +124,10 @@ func (m *Manager) ensureLink() (netlink.Link, error) {
 	return l, nil
 }
 
-// syncAddrs makes the link hold exactly the owned addresses.
+// syncAddrs makes the link hold exactly LinkIPs.
 func (m *Manager) syncAddrs(l netlink.Link) error {
 	want := map[string]net.IP{}
-	for _, ip := range m.cfg.OwnedIPs() {
+	for _, ip := range m.cfg.LinkIPs() {
 		want[ip.String()] = ip
 	}
 	have, err := m.nl.AddrList(l, netlink.FAMILY_ALL)
@@ -146,7 +146,7 @@ func (m *Manager) syncAddrs(l netlink.Link) error {
 			errs = append(errs, fmt.Errorf("remove %s from %q: %w", a.IPNet, m.cfg.Interface, err))
 		}
 	}
-	for _, ip := range m.cfg.OwnedIPs() {
+	for _, ip := range m.cfg.LinkIPs() {
 		if _, missing := want[ip.String()]; !missing {
 			continue
 		}
@@ -158,10 +158,10 @@ func (m *Manager) syncAddrs(l netlink.Link) error {
 	return errors.Join(errs...)
 }
 
-// removeUnwantedAddrs removes the link's addresses that are not owned.
+// removeUnwantedAddrs removes the link's addresses that are not LinkIPs.
 func (m *Manager) removeUnwantedAddrs(l netlink.Link) error {
 	want := map[string]bool{}
-	for _, ip := range m.cfg.OwnedIPs() {
+	for _, ip := range m.cfg.LinkIPs() {
 		want[ip.String()] = true
 	}
 	have, err := m.nl.AddrList(l, netlink.FAMILY_ALL)

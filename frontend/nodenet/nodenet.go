@@ -21,7 +21,7 @@ import (
 type Manager struct {
 	cfg Config // validated; never changed after New
 	log *zap.Logger
-	nl  Netlink             // may be nil in ModeNodeIP only
+	nl  Netlink             // may be nil only when !cfg.UsesLink()
 	ipt map[Family]IPTables // the families the host supports
 	nft NFT                 // nil: the release table is not managed
 	met *managerMetrics
@@ -52,8 +52,8 @@ func NewWithNFT(cfg Config, log *zap.Logger, set *vm.Set, nl Netlink, ipt map[Fa
 			return nil, fmt.Errorf("no %s iptables for %v", familyOf(ip), ip)
 		}
 	}
-	if nl == nil && cfg.Mode != ModeNodeIP {
-		return nil, errors.New("mode " + string(cfg.Mode) + " needs netlink")
+	if nl == nil && cfg.UsesLink() {
+		return nil, errors.New("mode " + string(cfg.Mode) + " with these addresses needs netlink")
 	}
 	if nft == nil && len(cfg.ReleaseTo) > 0 {
 		return nil, errors.New("release addresses need nftables")
@@ -100,7 +100,8 @@ func NewHost(ctx context.Context, cfg Config, log *zap.Logger, set *vm.Set) (*Ma
 	if len(ipt) == 0 {
 		return nil, errors.Join(errs...)
 	}
-	// node-ip mode needs netlink too: to remove a link another mode left.
+	// node-ip mode without a ClusterIP needs netlink too: to remove a
+	// link another configuration left.
 	nl, err := NewNetlink()
 	if err != nil {
 		return nil, err
@@ -149,7 +150,7 @@ func (m *Manager) fail(op string, err error) error {
 }
 
 // Sync converges the node to the desired state once: the interface with
-// exactly the owned addresses (no interface in ModeNodeIP), every rule at
+// exactly LinkIPs (no interface when there are none), every rule at
 // the top of its chain, and no nodedns rule that the configuration no longer
 // wants. Every error is counted, logged and returned (joined); Sync carries
 // on past errors so that one bad rule does not block the others.
@@ -157,13 +158,13 @@ func (m *Manager) Sync(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
-	if m.cfg.Mode == ModeNodeIP && m.nl != nil {
+	if !m.cfg.UsesLink() && m.nl != nil {
 		// A link left by an earlier instance in another mode would still
 		// capture the addresses it holds.
 		if err := m.deleteLink(); err != nil {
 			errs = append(errs, m.fail(opLink, err))
 		}
-	} else if m.cfg.Mode != ModeNodeIP {
+	} else if m.cfg.UsesLink() {
 		l, err := m.ensureLink()
 		if err != nil {
 			errs = append(errs, m.fail(opLink, err))
@@ -192,8 +193,8 @@ func (m *Manager) Sync(ctx context.Context) error {
 
 // RemoveStale removes what an earlier instance left that this
 // configuration does not want: nodedns rules for other addresses or ports,
-// and other addresses on an existing interface (the whole interface in
-// ModeNodeIP). It installs nothing that steers queries here, so it is safe
+// and other addresses on an existing interface (the whole interface when
+// this configuration puts none there). It installs nothing that steers queries here, so it is safe
 // before the backend is ready; what this configuration wants and finds in
 // place stays, steering queries to this frontend, which already listens.
 // It does converge the release table, which sends queries to the cluster's
@@ -204,7 +205,7 @@ func (m *Manager) RemoveStale(ctx context.Context) error {
 	defer m.mu.Unlock()
 	var errs []error
 	if m.nl != nil {
-		if m.cfg.Mode == ModeNodeIP {
+		if !m.cfg.UsesLink() {
 			if err := m.deleteLink(); err != nil {
 				errs = append(errs, m.fail(opLink, err))
 			}
@@ -288,7 +289,9 @@ func (m *Manager) Teardown(ctx context.Context) error {
 	if err := m.syncRules(ctx, nil); err != nil {
 		errs = append(errs, m.fail(opTeardown, err))
 	}
-	if m.cfg.Mode != ModeNodeIP && m.nl != nil {
+	if m.nl != nil {
+		// In every mode: node-ip mode puts the ClusterIP there too. A
+		// missing link is no error.
 		if err := m.deleteLink(); err != nil {
 			errs = append(errs, m.fail(opTeardown, err))
 		}

@@ -73,6 +73,10 @@ func TestConfigValidate(t *testing.T) {
 		{"bad mode", Config{Mode: "ipvs"}, "want iptables"},
 		{"node-ip with link-local", Config{Mode: ModeNodeIP}, "node IP"},
 		{"node-ip", Config{Mode: ModeNodeIP, LocalIPs: ips(t, "10.0.0.5")}, ""},
+		{"node-ip with ClusterIP", Config{Mode: ModeNodeIP, LocalIPs: ips(t, "10.0.0.5"), ServiceIPs: ips(t, "10.96.0.10")}, ""},
+		{"node-ip, ClusterIP is node IP", Config{Mode: ModeNodeIP, LocalIPs: ips(t, "10.0.0.5"), ServiceIPs: ips(t, "10.0.0.5")}, "both the node IP"},
+		{"node-ip without link, long name", Config{Mode: ModeNodeIP, LocalIPs: ips(t, "10.0.0.5"), Interface: "a-very-long-name-x"}, ""},
+		{"node-ip with ClusterIP, long name", Config{Mode: ModeNodeIP, LocalIPs: ips(t, "10.0.0.5"), ServiceIPs: ips(t, "10.96.0.10"), Interface: "a-very-long-name-x"}, "at most 15"},
 		{"loopback", Config{Mode: ModeLinkLocal, LocalIPs: ips(t, "127.0.0.1")}, "cannot be owned"},
 		{"long name", Config{Mode: ModeLinkLocal, Interface: "a-very-long-name-x"}, "at most 15"},
 		{"fast sync", Config{Mode: ModeLinkLocal, SyncInterval: 1}, "at least 100ms"},
@@ -143,8 +147,9 @@ func TestRulesByMode(t *testing.T) {
 		{Config{Mode: ModeIPTables, ServiceIPs: ips(t, "10.96.0.10")}, []string{"169.254.20.10", "10.96.0.10"}},
 		{Config{Mode: ModeLinkLocal, ServiceIPs: ips(t, "10.96.0.10")}, []string{"169.254.20.10"}},
 		{Config{Mode: ModeNodeIP, LocalIPs: ips(t, "192.168.1.7")}, []string{"192.168.1.7"}},
+		{Config{Mode: ModeNodeIP, LocalIPs: ips(t, "192.168.1.7"), ServiceIPs: ips(t, "10.96.0.10")}, []string{"192.168.1.7", "10.96.0.10"}},
 	} {
-		t.Run(string(tc.cfg.Mode), func(t *testing.T) {
+		t.Run(string(tc.cfg.Mode)+"/"+strings.Join(tc.want, ","), func(t *testing.T) {
 			if err := tc.cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
@@ -375,6 +380,48 @@ func TestNodeIPModeRemovesLeftoverLink(t *testing.T) {
 	}
 	if got := r.v4.comments("raw", "PREROUTING"); len(got) != 2 || !strings.Contains(got[0], "192.168.1.7:53") {
 		t.Errorf("raw PREROUTING = %q", got)
+	}
+}
+
+// TestNodeIPModeOwnsClusterIP: with ServiceIPs, node-ip mode puts the
+// ClusterIP, and only it, on the interface (the node IP is local already),
+// with the rules for both; a node IP left there by another configuration
+// goes; Teardown removes the rules and the interface.
+func TestNodeIPModeOwnsClusterIP(t *testing.T) {
+	nl := newFakeNetlink()
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = "nodedns"
+	nl.links["nodedns"] = &netlink.Dummy{LinkAttrs: attrs}
+	nl.addrs["nodedns"] = []netlink.Addr{{IPNet: hostNet(net.ParseIP("169.254.20.10").To4())}}
+	r := newRig(t, Config{Mode: ModeNodeIP, LocalIPs: ips(t, "192.168.1.7"), ServiceIPs: ips(t, "10.96.0.10")}, nl)
+	if err := r.m.RemoveStale(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(nl.addrs["nodedns"]) != 0 {
+		t.Errorf("RemoveStale left %v on the link", nl.addrs["nodedns"])
+	}
+	if err := r.m.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, a := range nl.addrs["nodedns"] {
+		held = append(held, a.IPNet.String())
+	}
+	if !slices.Equal(held, []string{"10.96.0.10/32"}) || !nl.up["nodedns"] {
+		t.Errorf("link holds %v (up %v), want 10.96.0.10/32 only, up", held, nl.up["nodedns"])
+	}
+	got := r.v4.comments("raw", "PREROUTING")
+	if len(got) != 4 || !strings.Contains(strings.Join(got, " "), "192.168.1.7:53") || !strings.Contains(strings.Join(got, " "), "10.96.0.10:53") {
+		t.Errorf("raw PREROUTING = %q, want NOTRACK of udp and tcp to both addresses", got)
+	}
+	if err := r.m.Teardown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(nl.links) != 0 {
+		t.Error("Teardown left the link")
+	}
+	if got := r.v4.comments("raw", "PREROUTING"); len(got) != 0 {
+		t.Errorf("Teardown left raw PREROUTING %q", got)
 	}
 }
 

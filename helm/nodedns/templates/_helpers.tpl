@@ -139,8 +139,14 @@ pod template's probe address are added by the DaemonSet itself.
 {{- $f = append $f (list "local-ip" .Values.localIP) -}}
 {{- $f = append $f (list "interface" .Values.frontend.interface) -}}
 {{- end -}}
-{{- if eq $mode "iptables" -}}
+{{- /* node-ip mode owns the ClusterIP too (its listen address is the DaemonSet's):
+pods naming it are answered on their node, never DNATed by kube-proxy to the
+node IP, whose answers the NOTRACK rules keep from the reverse NAT (docs/modes.md). */ -}}
+{{- if ne $mode "link-local" -}}
 {{- $f = append $f (list "service-ip" (include "nodedns.serviceIPs" .)) -}}
+{{- end -}}
+{{- if eq $mode "node-ip" -}}
+{{- $f = append $f (list "interface" .Values.frontend.interface) -}}
 {{- end -}}
 {{- /* Every mode: where queries to the local IP go when no frontend serves them (the release table). */ -}}
 {{- $f = append $f (list "release-to" (include "nodedns.serviceIPs" .)) -}}
