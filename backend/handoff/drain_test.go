@@ -177,4 +177,3 @@ func TestRestoreDeletesDrained(t *testing.T) {
 		t.Errorf("writes %q, want the left pod deleted", got)
 	}
 }
-
