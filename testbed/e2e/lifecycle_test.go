@@ -102,7 +102,16 @@ func lcLoss(row, mode, group string) (string, int) {
 	// every second, the pods stop serving within 2 s of SIGTERM, kube-proxy
 	// deletes the entries 1 s later and the backends answer 7 s more:
 	// 2026-12-07 15:44, 0 lost of 7,504; 15:49, 0 of 7,417
-	// (docs/real-nodes.md, "Lifecycle matrix").
+	// (docs/real-nodes.md, "Lifecycle matrix"). uninstall's re-install
+	// lost 107 more to kubeadm's CoreDNS pod that the handoff scaled away:
+	// it stayed ready (so its entries stayed) until its process exited.
+	// The handoff now takes that pod out of kube-dns first and deletes it
+	// 10 s after it left the endpoints (backend/handoff/drain.go):
+	// 17:49, traced, it left the slice at :56.06, kube-proxy deleted its
+	// entries at :57 (no unanswered one among them), it was deleted at
+	// :06.6. The one lookup lost in that window (node-b's ClusterIP
+	// client, :56.8) had its queries sent to the kept CoreDNS pod, which
+	// answered none within 5 s at load 26.7.
 	// apiserver-down: in link-local mode kube-dns's endpoints are the
 	// nodes' backends (their fallback listener on the node IP), and with
 	// no API server they cannot change: kube-proxy sends node-a's share of
