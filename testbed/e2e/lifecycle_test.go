@@ -139,7 +139,7 @@ func lcLoss(row, mode, group string) (string, int) {
 	// 2026-12-07 18:22, traced, load 30.6: evicted at :28.06, serving until
 	// its exit at :34.1, out of the slice at :34.7; 1 failed and 36 lost
 	// in :33 to :34. The bound: 3 s of both nodes' ClusterIP clients.
-	if row == "drain" && mode != "iptables" && group == lcClusterIP {
+	if row == "drain" && mode == "link-local" && group == lcClusterIP {
 		return "kubectl drain evicts kubeadm's CoreDNS pod, a kube-dns endpoint until its process exits: kube-proxy keeps its conntrack entries until then", 3 * 2 * clientRate
 	}
 	if row == "apiserver-down" && mode == "link-local" && group == lcClusterIP {
