@@ -87,7 +87,7 @@ func TestHandoffRoleIsWhatItReads(t *testing.T) {
 	// CoreDNS's pod, which the scale-down takes out of the Service and
 	// deletes (its ReplicaSet's release is not simulated: the handoff
 	// waits Converge for it).
-	corePod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "coredns-0", Namespace: ns, Labels: map[string]string{"k8s-app": "kube-dns"},
+	corePod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "coredns-0", Namespace: ns, Labels: map[string]string{"k8s-app": "kube-dns", "pod-template-hash": "1"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "coredns-1", UID: "rs-uid", Controller: ptr.To(true)}}},
 		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 	c := fake.NewClientset([]runtime.Object{ds, svc, node, pod, es, coredns, corePod}...)

@@ -79,8 +79,10 @@ func (h *Handoff) drain(ctx context.Context, d *appsv1.Deployment, svc *corev1.S
 		p := &list.Items[i]
 		// The Deployment's selector may match other pods (on kubeadm's
 		// cluster, the nodedns pods carry k8s-app=kube-dns too): only its
-		// ReplicaSets' pods are its.
-		if c := metav1.GetControllerOf(p); c == nil || c.Kind != "ReplicaSet" {
+		// ReplicaSets' pods are its, and the Deployment controller names
+		// those <deployment>-<pod-template-hash>.
+		c := metav1.GetControllerOf(p)
+		if c == nil || c.Kind != "ReplicaSet" || c.Name != d.Name+"-"+p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] {
 			continue
 		}
 		if p.DeletionTimestamp == nil && ssel.Matches(labels.Set(p.Labels)) {

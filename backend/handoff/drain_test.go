@@ -72,11 +72,14 @@ func podActions(c *fake.Clientset) []string {
 // (the Service's labels removed, DrainedLabel set) before the Deployment
 // is scaled down, and are deleted Drain after the Service's endpoints no
 // longer list them; the kept pod (ready, oldest) is not touched, nor are
-// the nodedns pods, which the Deployment's selector also matches.
+// the nodedns pods, which the Deployment's selector also matches, nor a
+// pod of another ReplicaSet with the same labels.
 func TestScaleDownDrains(t *testing.T) {
 	d := deployment(3, "", 3)
 	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}}
-	objs := cat(daemonSet(2, 2), served(2), []runtime.Object{d, slice("kube-dns-2", "coredns-old"),
+	stranger := corePod("stranger", time.Second, true)
+	stranger.OwnerReferences[0].Name = "other-abc"
+	objs := cat(daemonSet(2, 2), served(2), []runtime.Object{d, stranger, slice("kube-dns-2", "coredns-old"),
 		corePod("coredns-old", time.Hour, true), corePod("coredns-new", time.Minute, true), corePod("coredns-starting", 2*time.Hour, false)})
 	h, c, log := newHandoff(t, objs...)
 	h.Keep = 1
