@@ -28,9 +28,10 @@ import (
 // the Role and ClusterRole the chart renders for it: every request is
 // granted (resourceNames included), and every verb of every rule is used,
 // so the roles hold nothing the handoff does not read or write. Pods are
-// listed only, with the DaemonSet's selector: RBAC cannot narrow a list to
-// a label selector, so the Role's list of pods covers the namespace's
-// pods (docs/security.md).
+// listed with the DaemonSet's and the Deployment's selectors, and CoreDNS's
+// pods patched and deleted: RBAC cannot narrow a list or a pod's name to
+// a label selector, so the Role's pod verbs cover the namespace's pods
+// (docs/security.md).
 func TestHandoffRoleIsWhatItReads(t *testing.T) {
 	_, objs, _ := render(t, "")
 	var role *rbacv1.Role
@@ -64,6 +65,8 @@ func TestHandoffRoleIsWhatItReads(t *testing.T) {
 	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 1, CurrentNumberScheduled: 1, UpdatedNumberScheduled: 1, NumberAvailable: 1, NumberReady: 1}
 	svc = svc.DeepCopy()
 	svc.Spec.ClusterIP = "10.96.0.10"
+	// kubeadm's selector, which CoreDNS's pods and the nodedns pods match.
+	svc.Spec.Selector = map[string]string{"k8s-app": "kube-dns"}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", Labels: map[string]string{corev1.LabelOSStable: "linux"}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nodedns-0", Namespace: ns, Labels: ds.Spec.Template.Labels,
@@ -78,9 +81,16 @@ func TestHandoffRoleIsWhatItReads(t *testing.T) {
 		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(p.TargetPort.IntVal)})
 	}
 	coredns := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: ns},
-		Spec:   appsv1.DeploymentSpec{Replicas: ptr.To(int32(2))},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}}},
 		Status: appsv1.DeploymentStatus{Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}}
-	c := fake.NewClientset([]runtime.Object{ds, svc, node, pod, es, coredns}...)
+	// CoreDNS's pod, which the scale-down takes out of the Service and
+	// deletes (its ReplicaSet's release is not simulated: the handoff
+	// waits Converge for it).
+	corePod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "coredns-0", Namespace: ns, Labels: map[string]string{"k8s-app": "kube-dns", "pod-template-hash": "1"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "coredns-1", UID: "rs-uid", Controller: ptr.To(true)}}},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	c := fake.NewClientset([]runtime.Object{ds, svc, node, pod, es, coredns, corePod}...)
 	// Restore waits for the replicas; the fake has no controller. Only its
 	// patch (replicas back above 0) gets a status: a scale-down's would
 	// race with the patch itself.
@@ -112,7 +122,7 @@ func TestHandoffRoleIsWhatItReads(t *testing.T) {
 		return false, nil, nil
 	})
 	h := &handoff.Handoff{Client: c, Namespace: ns, Deployment: "coredns", DaemonSet: ds.Name, Service: "kube-dns", Replicas: 2,
-		PodPorts: []int32{53}, Poll: 5 * time.Millisecond, Settle: 50 * time.Millisecond, Converge: time.Second, Logf: t.Logf}
+		PodPorts: []int32{53}, Poll: 5 * time.Millisecond, Settle: 50 * time.Millisecond, Converge: time.Second, Drain: 10 * time.Millisecond, Logf: t.Logf}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := h.ScaleDown(ctx); err != nil {

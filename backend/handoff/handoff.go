@@ -89,6 +89,10 @@ type Handoff struct {
 	// Converge bounds each wait for the Service's endpoints; 0 means
 	// DefaultConverge.
 	Converge time.Duration
+	// Drain is how long a CoreDNS pod taken out of the Service before the
+	// scale-down keeps running once it has left the Service's endpoints
+	// (drain.go); 0 means DefaultDrain.
+	Drain time.Duration
 	// OverrideReconciler scales down a Deployment that an add-on manager
 	// or k3s marks as theirs: the operator knows they leave its replicas
 	// alone. Autoscalers are still detected and replicas coming back still
@@ -148,6 +152,9 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 	if d == nil {
 		h.Logf("no Deployment %s/%s: nothing to hand off", h.Namespace, h.Deployment)
 		return nil
+	}
+	if err := h.cleanDrained(ctx); err != nil {
+		return err
 	}
 	// At or below Keep already (an upgrade after the install): no rollout
 	// to wait for (one of many nodes, one at a time, may take longer than
@@ -220,6 +227,12 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 		h.Logf("Deployment %s/%s is at %d replicas already, at most the %d kept (%s=%q): nothing to scale down", h.Namespace, h.Deployment, replicas, h.Keep, ReplicasAnnotation, d.Annotations[ReplicasAnnotation])
 		return nil
 	}
+	// The pods beyond Keep leave the Service before the scale-down, and
+	// are deleted once kube-proxy has dropped their conntrack entries
+	// (drain.go): left is when they were seen gone from the endpoints.
+	dr := h.drain(ctx, d, svc)
+	var left time.Time
+	defer func() { h.finish(ctx, dr, left) }()
 	patch := map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{ReplicasAnnotation: strconv.Itoa(int(replicas)), StatusAnnotation: nil}},
 		"spec":     map[string]any{"replicas": h.Keep},
@@ -291,6 +304,7 @@ func (h *Handoff) scaleDown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	left = time.Now()
 	h.Logf("Service %s/%s: ready endpoints are nodedns pods on all %d nodes and %d others (at most the %d kept); watching Deployment %s/%s until %s after the scale-down", h.Namespace, h.Service, len(nodes), len(eps.others), h.Keep, h.Namespace, h.Deployment, h.settle())
 
 	// Settle: an autoscaler or reconciler this did not recognise shows
@@ -440,6 +454,9 @@ func (h *Handoff) Restore(ctx context.Context) error {
 func (h *Handoff) restore(ctx context.Context) error {
 	d, err := h.deployment(ctx)
 	if err != nil {
+		return err
+	}
+	if err := h.cleanDrained(ctx); err != nil {
 		return err
 	}
 	if d == nil {

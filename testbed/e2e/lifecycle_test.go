@@ -102,7 +102,16 @@ func lcLoss(row, mode, group string) (string, int) {
 	// every second, the pods stop serving within 2 s of SIGTERM, kube-proxy
 	// deletes the entries 1 s later and the backends answer 7 s more:
 	// 2026-12-07 15:44, 0 lost of 7,504; 15:49, 0 of 7,417
-	// (docs/real-nodes.md, "Lifecycle matrix").
+	// (docs/real-nodes.md, "Lifecycle matrix"). uninstall's re-install
+	// lost 107 more to kubeadm's CoreDNS pod that the handoff scaled away:
+	// it stayed ready (so its entries stayed) until its process exited.
+	// The handoff now takes that pod out of kube-dns first and deletes it
+	// 10 s after it left the endpoints (backend/handoff/drain.go):
+	// 17:49, traced, it left the slice at :56.06, kube-proxy deleted its
+	// entries at :57 (no unanswered one among them), it was deleted at
+	// :06.6. The one lookup lost in that window (node-b's ClusterIP
+	// client, :56.8) had its queries sent to the kept CoreDNS pod, which
+	// answered none within 5 s at load 26.7.
 	// apiserver-down: in link-local mode kube-dns's endpoints are the
 	// nodes' backends (their fallback listener on the node IP), and with
 	// no API server they cannot change: kube-proxy sends node-a's share of
@@ -119,6 +128,20 @@ func lcLoss(row, mode, group string) (string, int) {
 	// local-address clients 0 of 15,291. 15:00, load 8.3: 2.0 s, 175 of
 	// 17,481 in 3 s, 0 of 17,439. The bound: 3 s of both nodes' ClusterIP
 	// clients.
+	// drain: kubectl drain evicts node-a's pods, kubeadm's CoreDNS pod
+	// among them when it runs there (the replica the handoff keeps). That
+	// pod stays a serving kube-dns endpoint until its process exits
+	// (kubeadm's readiness probe every 10 s, lameduck 5 s), so kube-proxy
+	// keeps its UDP conntrack entries until then, and queries whose reused
+	// source ports follow them after the exit are lost until kube-proxy has
+	// seen it go. CoreDNS's own lifecycle under an operator's drain, not
+	// nodedns's: in iptables mode the node answers the ClusterIP itself.
+	// 2026-12-07 18:22, traced, load 30.6: evicted at :28.06, serving until
+	// its exit at :34.1, out of the slice at :34.7; 1 failed and 36 lost
+	// in :33 to :34. The bound: 3 s of both nodes' ClusterIP clients.
+	if row == "drain" && mode == "link-local" && group == lcClusterIP {
+		return "kubectl drain evicts kubeadm's CoreDNS pod, a kube-dns endpoint until its process exits: kube-proxy keeps its conntrack entries until then", 3 * 2 * clientRate
+	}
 	if row == "apiserver-down" && mode == "link-local" && group == lcClusterIP {
 		return "kube-dns's endpoints cannot change with no API server: kube-proxy sends to node-a's killed backend until the restarted one opens its ports (link-local mode)", 3 * 2 * clientRate
 	}
