@@ -320,9 +320,12 @@ func netpolAfterInstall(ctx context.Context, t *testing.T, r *shapesRun) {
 		t.Logf("%s: iptables -t mangle -L -v -n:\n%s", n.Name, out)
 		t.Logf("%s: the engine's verdicts: %v", n.Name, knpVerdicts(ctx, n))
 	}
+	r.steps.begin(knpChurnStep, "nft add table, chain with a hook; nft delete table")
+	netpolChurn(ctx, t, r.nodes[0])
 }
 
-// netpolAtEnd checks that the engine judged the clients' DNS throughout.
+// netpolAtEnd checks that the engine judged the clients' DNS throughout,
+// and reads from its log when it synced its rules on each node.
 func netpolAtEnd(ctx context.Context, t *testing.T, r *shapesRun) {
 	t.Helper()
 	for _, n := range r.nodes {
@@ -331,6 +334,150 @@ func netpolAtEnd(ctx context.Context, t *testing.T, r *shapesRun) {
 		if v["accept"] == 0 {
 			t.Errorf("%s: the engine accepted no packet: it judged none of the clients' DNS", n.Name)
 		}
+	}
+	r.knpSyncs = knpSyncTimes(ctx, t, r)
+}
+
+// knpSyncTimes returns, by node, the times the engine's agent began a
+// sync of its rules ("Syncing nftables rules": at its start, and on every
+// event of a local pod that a policy selects, of a policy or a namespace,
+// retried up to 5 times when it fails), read from each agent's log.
+func knpSyncTimes(ctx context.Context, t *testing.T, r *shapesRun) map[string][]time.Time {
+	t.Helper()
+	pods, err := r.tb.Client().CoreV1().Pods(knpNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=kube-network-policies"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncs := map[string][]time.Time{}
+	for _, p := range pods.Items {
+		logs, err := kubectlOutput(ctx, r.tb, "-n", knpNamespace, "logs", p.Name, "--timestamps", "--tail=-1")
+		if err != nil {
+			t.Errorf("the engine's log on %s: %v", p.Spec.NodeName, err)
+			continue
+		}
+		times, firstErr := knpSyncs(string(logs))
+		syncs[p.Spec.NodeName] = times
+		t.Logf("%s: the engine began %d syncs of its rules; the first error: %s", p.Spec.NodeName, len(times), firstErr)
+	}
+	return syncs
+}
+
+// knpSyncs parses an agent's log (kubectl logs --timestamps): the times
+// its syncs began, and its first sync error ("" none).
+func knpSyncs(logs string) ([]time.Time, string) {
+	var times []time.Time
+	firstErr := ""
+	for _, l := range strings.Split(logs, "\n") {
+		ts, rest, ok := strings.Cut(l, " ")
+		if !ok {
+			continue
+		}
+		switch {
+		case strings.Contains(rest, `"Syncing nftables rules"`):
+			if tm, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+				times = append(times, tm)
+			}
+		case firstErr == "" && strings.Contains(rest, `"syncing"`):
+			firstErr = strings.TrimSpace(rest)
+		}
+	}
+	return times, firstErr
+}
+
+// knpChurnStep is the netpol shape's step that registers and removes a
+// netfilter hook on the first node, with no pod, policy or engine
+// involved: what each of the engine's syncs does to the kernel.
+const knpChurnStep = "b3. a netfilter hook added and removed 100 times on node-a (no pod event)"
+
+// netpolChurn adds and removes an empty nftables base chain (a netfilter
+// hook) on n 100 times, 100 ms apart. Removing a hook makes the kernel
+// drop every packet then waiting in any nfqueue of the namespace
+// (net/netfilter/core.c __nf_unregister_net_hook calls
+// nf_queue_nf_hook_drop; nfnetlink_queue.c nfqnl_nf_hook_drop flushes
+// every queue instance), which is what each of the engine's syncs does:
+// it deletes and re-creates its table, and here, where the kernel lacks
+// nft's queue expression, registers its chains' hooks and removes them
+// again as the batch aborts.
+func netpolChurn(ctx context.Context, t *testing.T, n *testbed.RealNode) {
+	t.Helper()
+	const script = `i=0; while [ $i -lt 100 ]; do
+nft 'add table inet nodedns-churn; add chain inet nodedns-churn c { type filter hook input priority 10; }' || exit 1
+nft delete table inet nodedns-churn || exit 1
+i=$((i+1)); sleep 0.1; done`
+	start := time.Now()
+	if out, err := n.Run(ctx, "sh", "-c", script); err != nil {
+		t.Fatalf("%s: the hook churn: %v\n%s", n.Name, err, out)
+	}
+	t.Logf("%s: a hook added and removed 100 times in %s", n.Name, time.Since(start).Round(100*time.Millisecond))
+}
+
+// netpolLossSlack is how far from one of the engine's syncs on its node
+// a lookup may start and still be lost to it: a lookup waits up to
+// lookupTimeout for its last answer, and the log's time is the sync's
+// start, a moment before its batch reaches the kernel.
+const netpolLossSlack = time.Second
+
+// netpolLossOK explains the shape's lost lookups, client by client: a
+// lost lookup is the engine's when one of its syncs on the client's node
+// began while the lookup was waiting (from netpolLossSlack before its
+// second to lookupTimeout after it), or, in knpChurnStep, when the client
+// is on the churned node. Failed lookups, lost ones with no sync near,
+// and more than 1% of a step's lookups lost are never explained.
+func netpolLossOK(t *testing.T, r *shapesRun, steps *stepLog) groupLoss {
+	return func(stepName, group string) (string, int) {
+		var st *step
+		for i := range steps.steps {
+			if steps.steps[i].name == stepName {
+				st = &steps.steps[i]
+			}
+		}
+		if st == nil || group != "netpol" {
+			return "", 0
+		}
+		lookups, explained, churned := 0, 0, 0
+		var near []string
+		for i, n := range r.nodes {
+			f := filepath.Join(r.results, group, "client-"+group+"-"+n.Name, "load.log")
+			secs := readResultFiles(t, []string{f})
+			s := summarize(secs, st.from, st.to)
+			lookups += s.lookups
+			if s.failed > 0 {
+				return "", 0
+			}
+			for _, k := range s.bad {
+				lost := secs[k].lost
+				if stepName == knpChurnStep && i == 0 {
+					churned += lost
+					continue
+				}
+				from := time.Unix(k, 0).Add(-netpolLossSlack)
+				to := time.Unix(k+1, 0).Add(lookupTimeout)
+				var nearest time.Duration
+				found := false
+				for _, sy := range r.knpSyncs[n.Name] {
+					if !sy.Before(from) && sy.Before(to) {
+						if d := sy.Sub(time.Unix(k, 0)); !found || d.Abs() < nearest.Abs() {
+							nearest, found = d, true
+						}
+					}
+				}
+				if !found {
+					t.Logf("%s: %s's client lost %d lookups at %s with no sync of the engine on its node near", stepName, n.Name, lost, time.Unix(k, 0).UTC().Format("15:04:05"))
+					return "", 0
+				}
+				explained += lost
+				near = append(near, fmt.Sprintf("%s %s %d (sync %+.1fs)", n.Name, time.Unix(k, 0).UTC().Format("15:04:05"), lost, nearest.Seconds()))
+			}
+		}
+		if explained+churned == 0 || (explained > lookups/100 && stepName != knpChurnStep) {
+			return "", 0
+		}
+		t.Logf("%s: lost lookups by node, second and nearest sync of the engine: %s", stepName, strings.Join(near, ", "))
+		why := fmt.Sprintf("%d lost within %s of a sync of kube-network-policies on the client's node, which drops the packets waiting in its queue", explained, lookupTimeout+netpolLossSlack)
+		if churned > 0 {
+			why += fmt.Sprintf("; %d on %s, where the step removed a netfilter hook 100 times", churned, r.nodes[0].Name)
+		}
+		return why, explained + churned
 	}
 }
 
@@ -576,5 +723,65 @@ func TestNetpolManifests(t *testing.T) {
 	}
 	if s := found["NetworkPolicy/default/allow-nodedns"]; !strings.Contains(s, testbed.DNSServiceIP+"/32") || !strings.Contains(s, testbed.NodeSubnet) {
 		t.Errorf("allow-nodedns names neither the ClusterIP nor the node subnet: %s", s)
+	}
+}
+
+// TestKnpSyncs checks the reading of the engine's log for its syncs.
+func TestKnpSyncs(t *testing.T) {
+	const logs = `2026-12-07T17:40:01.100000000Z I1207 17:40:01.100000       1 controller.go:711] "Syncing nftables rules"
+2026-12-07T17:40:01.120000000Z E1207 17:40:01.120000       1 controller.go:694] "syncing" err="no such file or directory" key="dummy-key"
+2026-12-07T17:40:01.130000000Z I1207 17:40:01.130000       1 controller.go:711] "Syncing nftables rules"
+2026-12-07T17:40:02.000000000Z I1207 17:40:02.000000       1 controller.go:567] "Evaluating packet"
+`
+	times, firstErr := knpSyncs(logs)
+	if len(times) != 2 || !times[0].Equal(time.Date(2026, 12, 7, 17, 40, 1, 100_000_000, time.UTC)) {
+		t.Errorf("knpSyncs times = %v, want 2, the first at 17:40:01.1", times)
+	}
+	if !strings.Contains(firstErr, "no such file or directory") {
+		t.Errorf("knpSyncs first error = %q", firstErr)
+	}
+}
+
+// TestNetpolLossOK: a lost lookup is explained only with a sync of the
+// engine on its client's node near it; a failed one never is.
+func TestNetpolLossOK(t *testing.T) {
+	base := time.Date(2026, 12, 7, 17, 40, 0, 0, time.UTC)
+	sec := func(s int) int64 { return base.Unix() + int64(s) }
+	for _, tc := range []struct {
+		name  string
+		lines map[string]string // node -> load.log
+		syncs map[string][]time.Time
+		want  int // limit; 0: not explained
+	}{
+		{"a sync on the node", map[string]string{"node-a": fmt.Sprintf("%d 1000 997 0 3 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
+			map[string][]time.Time{"node-a": {base.Add(10*time.Second + 300*time.Millisecond)}}, 3},
+		{"a sync on the other node only", map[string]string{"node-a": fmt.Sprintf("%d 1000 997 0 3 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
+			map[string][]time.Time{"node-b": {base.Add(10 * time.Second)}}, 0},
+		{"a sync too long before", map[string]string{"node-a": fmt.Sprintf("%d 1000 997 0 3 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
+			map[string][]time.Time{"node-a": {base.Add(5 * time.Second)}}, 0},
+		{"a failed lookup", map[string]string{"node-a": fmt.Sprintf("%d 1000 998 1 1 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
+			map[string][]time.Time{"node-a": {base.Add(10 * time.Second)}}, 0},
+		{"more than 1%", map[string]string{"node-a": fmt.Sprintf("%d 1000 970 0 30 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
+			map[string][]time.Time{"node-a": {base.Add(10 * time.Second)}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r := &shapesRun{results: dir, knpSyncs: tc.syncs}
+			for _, n := range []string{"node-a", "node-b"} {
+				r.nodes = append(r.nodes, &testbed.RealNode{Name: n})
+				d := filepath.Join(dir, "netpol", "client-netpol-"+n)
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(d, "load.log"), []byte(tc.lines[n]), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			steps := &stepLog{steps: []step{{name: "b2", from: base, to: base.Add(time.Minute)}}}
+			why, limit := netpolLossOK(t, r, steps)("b2", "netpol")
+			if limit != tc.want || (tc.want > 0) != (why != "") {
+				t.Errorf("netpolLossOK = %q, %d; want a reason and %d", why, limit, tc.want)
+			}
+		})
 	}
 }

@@ -102,6 +102,9 @@ type shape struct {
 	// afterInstall runs once the install is checked, atEnd once the
 	// uninstall is; either may be nil.
 	afterInstall, atEnd func(ctx context.Context, t *testing.T, r *shapesRun)
+	// lossOK, when set, says which of a step's lost lookups the shape
+	// explains (reportGroups' groupLoss), given the steps; nil: none.
+	lossOK func(t *testing.T, r *shapesRun, steps *stepLog) groupLoss
 }
 
 func shapes() []shape {
@@ -219,6 +222,7 @@ func shapes() []shape {
 		upgrade:      outcome{scaled: true},
 		afterInstall: netpolAfterInstall,
 		atEnd:        netpolAtEnd,
+		lossOK:       netpolLossOK,
 	}, {
 		// kubeadm's DNS on a dual-stack cluster: kube-dns PreferDualStack
 		// with an IPv6 ClusterIP too, clients naming each (shapes_dualstack_test.go).
@@ -251,6 +255,11 @@ type shapesRun struct {
 	dnsIP   string // kubelet's clusterDNS now
 	// gitopsFile is the manifests the GitOps shape applied last.
 	gitopsFile string
+	// knpSyncs are the times the netpol shape's engine began a sync of
+	// its rules, by node name (netpolAtEnd reads them from its log).
+	knpSyncs map[string][]time.Time
+	// steps is the running shape's step log.
+	steps *stepLog
 }
 
 // TestShapes runs the shape matrix (shapesEnv selects shapes); `make
@@ -569,7 +578,12 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 		checkNameserver(ctx, t, r.tb, r.nodes, "client-"+s.name+"-"+n.Name, s.clusterIP)
 	}
 	steps := &stepLog{}
-	defer reportGroups(t, r.nodes, r.results, steps, append([]string{s.name}, s.groups...), func(string, string) (string, int) { return "", 0 })
+	r.steps = steps
+	lossOK := groupLoss(func(string, string) (string, int) { return "", 0 })
+	if s.lossOK != nil {
+		lossOK = s.lossOK(t, r, steps)
+	}
+	defer reportGroups(t, r.nodes, r.results, steps, append([]string{s.name}, s.groups...), lossOK)
 	w := watchDNS(ctx, t, r, s)
 	defer w.stop(t)
 
