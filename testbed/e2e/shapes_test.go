@@ -102,6 +102,8 @@ type shape struct {
 	// afterInstall runs once the install is checked, atEnd once the
 	// uninstall is; either may be nil.
 	afterInstall, atEnd func(ctx context.Context, t *testing.T, r *shapesRun)
+	// beforeUninstall runs once the upgrade's checks are done, or nil.
+	beforeUninstall func(ctx context.Context, t *testing.T, r *shapesRun)
 	// lossOK, when set, says which of a step's lost lookups the shape
 	// explains (reportGroups' groupLoss), given the steps; nil: none.
 	lossOK func(t *testing.T, r *shapesRun, steps *stepLog) groupLoss
@@ -223,6 +225,21 @@ func shapes() []shape {
 		afterInstall: netpolAfterInstall,
 		atEnd:        netpolAtEnd,
 		lossOK:       netpolLossOK,
+	}, {
+		// The netpol shape in link-local mode: kube-dns left to CoreDNS's
+		// kept replica and the nodedns pods' fallback listeners (through
+		// kube-proxy), clients naming 169.254.20.10 from the install to
+		// the uninstall (shapes_netpol_test.go).
+		name: "netpol-link-local", clusterIP: testbed.DNSServiceIP, deployment: "coredns", service: "kube-dns", keep: 1,
+		deploy:          netpolDeploy,
+		values:          map[string]any{"mode": "link-local"},
+		groups:          []string{netpolLinkLocalGroup},
+		install:         outcome{scaled: true},
+		upgrade:         outcome{scaled: true},
+		afterInstall:    netpolLinkLocalAfterInstall,
+		beforeUninstall: netpolLinkLocalBeforeUninstall,
+		atEnd:           netpolAtEnd,
+		lossOK:          netpolLossOK,
 	}, {
 		// kubeadm's DNS on a dual-stack cluster: kube-dns PreferDualStack
 		// with an IPv6 ClusterIP too, clients naming each (shapes_dualstack_test.go).
@@ -644,6 +661,9 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 		s.afterUpgrade(ctx, t, r)
 	}
 	time.Sleep(10 * time.Second)
+	if s.beforeUninstall != nil {
+		s.beforeUninstall(ctx, t, r)
+	}
 
 	steps.begin("d. uninstall", r.how(s, "uninstall"))
 	start = time.Now()
