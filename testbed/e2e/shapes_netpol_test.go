@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,6 +247,7 @@ func netpolDeploy(ctx context.Context, t *testing.T, r *shapesRun) {
 	if err := testbed.WaitDaemonSetReady(ctx, r.tb.Client(), knpNamespace, "kube-network-policies", int32(len(r.nodes))); err != nil {
 		t.Fatalf("the engine's DaemonSet: %v\n%s", err, podStates(ctx, r.tb))
 	}
+	r.knpDrops = sampleQueueDrops(ctx, t, r.nodes)
 	var pol []string
 	for _, ns := range []string{"default", docNamespace} {
 		pol = append(pol, strings.ReplaceAll(netpolPolicies, "NS", ns))
@@ -393,7 +395,19 @@ func knpSyncTimes(ctx context.Context, t *testing.T, r *shapesRun) map[string][]
 		}
 		times, firstErr := knpSyncs(string(logs))
 		syncs[p.Spec.NodeName] = times
-		t.Logf("%s: the engine began %d syncs of its rules; the first error: %s", p.Spec.NodeName, len(times), firstErr)
+		bySec := map[string]int{}
+		var secs []string
+		for _, tm := range times {
+			k := tm.UTC().Format("15:04:05")
+			if bySec[k] == 0 {
+				secs = append(secs, k)
+			}
+			bySec[k]++
+		}
+		for i, k := range secs {
+			secs[i] = fmt.Sprintf("%s x%d", k, bySec[k])
+		}
+		t.Logf("%s: the engine began %d syncs of its rules (%s); the first error: %s", p.Spec.NodeName, len(times), strings.Join(secs, ", "), firstErr)
 	}
 	return syncs
 }
@@ -418,6 +432,107 @@ func knpSyncs(logs string) ([]time.Time, string) {
 		}
 	}
 	return times, firstErr
+}
+
+// queueDrops are, by node, the seconds in which the kernel dropped
+// packets of the engine's queue before any verdict (the queue full, or
+// the agent's socket buffer: /proc/net/netfilter/nfnetlink_queue's
+// queue_dropped and user_dropped), and those in which UDP sockets of the
+// node dropped datagrams (/proc/net/snmp RcvbufErrors: a frontend that
+// fell behind), sampled every second.
+type queueDrops struct {
+	mu            sync.Mutex
+	queue, socket map[string]map[int64]int
+}
+
+// sampleQueueDrops samples the nodes' drop counters every second until
+// the shape ends.
+func sampleQueueDrops(ctx context.Context, t *testing.T, nodes []*testbed.RealNode) *queueDrops {
+	d := &queueDrops{queue: map[string]map[int64]int{}, socket: map[string]map[int64]int{}}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := map[string][2]int{}
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			for _, n := range nodes {
+				out, err := n.Run(sctx, "cat", "/proc/net/netfilter/nfnetlink_queue", "/proc/net/snmp")
+				if err != nil {
+					continue
+				}
+				q, u := parseDropCounters(string(out))
+				now := time.Now().Unix()
+				if prev, ok := last[n.Name]; ok {
+					d.mu.Lock()
+					if q > prev[0] {
+						if d.queue[n.Name] == nil {
+							d.queue[n.Name] = map[int64]int{}
+						}
+						d.queue[n.Name][now] += q - prev[0]
+					}
+					if u > prev[1] {
+						if d.socket[n.Name] == nil {
+							d.socket[n.Name] = map[int64]int{}
+						}
+						d.socket[n.Name][now] += u - prev[1]
+					}
+					d.mu.Unlock()
+				}
+				last[n.Name] = [2]int{q, u}
+			}
+			select {
+			case <-sctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return d
+}
+
+// parseDropCounters sums queue_dropped and user_dropped over the queues of
+// /proc/net/netfilter/nfnetlink_queue, and reads RcvbufErrors from
+// /proc/net/snmp's Udp lines, both in out.
+func parseDropCounters(out string) (queue, socket int) {
+	var udpHdr []string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		_, numeric := strconv.Atoi(firstField(f))
+		switch {
+		case len(f) == 9 && numeric == nil:
+			a, _ := strconv.Atoi(f[5])
+			b, _ := strconv.Atoi(f[6])
+			queue += a + b
+		case len(f) > 1 && f[0] == "Udp:" && udpHdr == nil:
+			udpHdr = f
+		case len(f) > 1 && f[0] == "Udp:":
+			if i := slices.Index(udpHdr, "RcvbufErrors"); i > 0 && i < len(f) {
+				socket, _ = strconv.Atoi(f[i])
+			}
+		}
+	}
+	return queue, socket
+}
+
+func firstField(f []string) string {
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// within returns the drops of m in [from, to).
+func within(m map[int64]int, from, to time.Time) int {
+	n := 0
+	for k, v := range m {
+		if k >= from.Unix() && k < to.Unix() {
+			n += v
+		}
+	}
+	return n
 }
 
 // knpChurnStep is the netpol shape's step that registers and removes a
@@ -453,12 +568,14 @@ i=$((i+1)); sleep 0.1; done`
 // start, a moment before its batch reaches the kernel.
 const netpolLossSlack = time.Second
 
-// netpolLossOK explains the shape's lost lookups, client by client: a
-// lost lookup is the engine's when one of its syncs on the client's node
-// began while the lookup was waiting (from netpolLossSlack before its
-// second to lookupTimeout after it), or, in knpChurnStep, when the client
-// is on the churned node. Failed lookups, lost ones with no sync near,
-// and more than 1% of a step's lookups lost are never explained.
+// netpolLossOK explains the shape's lost lookups, client by client, by
+// what the engine's queue did on the client's node while the lookup
+// waited (from netpolLossSlack before its second to lookupTimeout after
+// it): one of its syncs began (each drops the packets then waiting in
+// its queue), or the kernel dropped packets of its queue before any
+// verdict (its user space behind); and in knpChurnStep, on the churned
+// node, the hook churn. Failed lookups, lost ones with neither near, and
+// more than 1% of a step's lookups lost are never explained.
 func netpolLossOK(t *testing.T, r *shapesRun, steps *stepLog) groupLoss {
 	return func(stepName, group string) (string, int) {
 		var st *step
@@ -470,7 +587,7 @@ func netpolLossOK(t *testing.T, r *shapesRun, steps *stepLog) groupLoss {
 		if st == nil {
 			return "", 0
 		}
-		lookups, explained, churned := 0, 0, 0
+		lookups, bySync, byQueue, churned, unexplained := 0, 0, 0, 0, 0
 		var near []string
 		for i, n := range r.nodes {
 			f := filepath.Join(r.results, group, "client-"+group+"-"+n.Name, "load.log")
@@ -482,34 +599,46 @@ func netpolLossOK(t *testing.T, r *shapesRun, steps *stepLog) groupLoss {
 			}
 			for _, k := range s.bad {
 				lost := secs[k].lost
+				at := time.Unix(k, 0)
 				if stepName == knpChurnStep && i == 0 {
 					churned += lost
 					continue
 				}
-				from := time.Unix(k, 0).Add(-netpolLossSlack)
-				to := time.Unix(k+1, 0).Add(lookupTimeout)
-				var nearest time.Duration
-				found := false
+				from, to := at.Add(-netpolLossSlack), at.Add(time.Second+lookupTimeout)
+				syncs := 0
 				for _, sy := range r.knpSyncs[n.Name] {
 					if !sy.Before(from) && sy.Before(to) {
-						if d := sy.Sub(time.Unix(k, 0)); !found || d.Abs() < nearest.Abs() {
-							nearest, found = d, true
-						}
+						syncs++
 					}
 				}
-				if !found {
-					t.Logf("%s: %s's client lost %d lookups at %s with no sync of the engine on its node near", stepName, n.Name, lost, time.Unix(k, 0).UTC().Format("15:04:05"))
-					return "", 0
+				var queued, socket int
+				if r.knpDrops != nil {
+					r.knpDrops.mu.Lock()
+					queued = within(r.knpDrops.queue[n.Name], at, to.Add(time.Second))
+					socket = within(r.knpDrops.socket[n.Name], at, to.Add(time.Second))
+					r.knpDrops.mu.Unlock()
 				}
-				explained += lost
-				near = append(near, fmt.Sprintf("%s %s %d (sync %+.1fs)", n.Name, time.Unix(k, 0).UTC().Format("15:04:05"), lost, nearest.Seconds()))
+				what := fmt.Sprintf("%s %s: %d lost; %d syncs, %d queue drops, %d socket drops near", n.Name, at.UTC().Format("15:04:05"), lost, syncs, queued, socket)
+				switch {
+				case syncs > 0:
+					bySync += lost
+				case queued > 0:
+					byQueue += lost
+				default:
+					unexplained += lost
+					what += " UNEXPLAINED"
+				}
+				near = append(near, what)
 			}
 		}
-		if explained+churned == 0 || (explained > lookups/100 && stepName != knpChurnStep) {
+		if len(near) > 0 {
+			t.Logf("%s, %s clients: each second with lost lookups, and what the engine's queue on the client's node did near it:\n%s", stepName, group, strings.Join(near, "\n"))
+		}
+		explained := bySync + byQueue
+		if unexplained > 0 || explained+churned == 0 || explained > lookups/100 {
 			return "", 0
 		}
-		t.Logf("%s: lost lookups by node, second and nearest sync of the engine: %s", stepName, strings.Join(near, ", "))
-		why := fmt.Sprintf("%d lost within %s of a sync of kube-network-policies on the client's node, which drops the packets waiting in its queue", explained, lookupTimeout+netpolLossSlack)
+		why := fmt.Sprintf("the engine's queue on the client's node: %d lost within %s after a sync of kube-network-policies began (each drops the packets waiting in its queue), %d as the kernel dropped packets of its queue before any verdict", bySync, lookupTimeout+netpolLossSlack, byQueue)
 		if churned > 0 {
 			why += fmt.Sprintf("; %d on %s, where the step removed a netfilter hook 100 times", churned, r.nodes[0].Name)
 		}
@@ -795,6 +924,8 @@ func TestNetpolLossOK(t *testing.T) {
 			map[string][]time.Time{"node-b": {base.Add(10 * time.Second)}}, 0},
 		{"a sync too long before", map[string]string{"node-a": fmt.Sprintf("%d 1000 997 0 3 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
 			map[string][]time.Time{"node-a": {base.Add(5 * time.Second)}}, 0},
+		{"queue drops on the node", map[string]string{"node-a": fmt.Sprintf("%d 1000 997 0 3 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
+			nil, 3},
 		{"a failed lookup", map[string]string{"node-a": fmt.Sprintf("%d 1000 998 1 1 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
 			map[string][]time.Time{"node-a": {base.Add(10 * time.Second)}}, 0},
 		{"more than 1%", map[string]string{"node-a": fmt.Sprintf("%d 1000 970 0 30 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
@@ -802,7 +933,10 @@ func TestNetpolLossOK(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			r := &shapesRun{results: dir, knpSyncs: tc.syncs}
+			r := &shapesRun{results: dir, knpSyncs: tc.syncs, knpDrops: &queueDrops{}}
+			if tc.syncs == nil {
+				r.knpDrops.queue = map[string]map[int64]int{"node-a": {sec(12): 5}, "node-b": {sec(30): 1}}
+			}
 			for _, n := range []string{"node-a", "node-b"} {
 				r.nodes = append(r.nodes, &testbed.RealNode{Name: n})
 				d := filepath.Join(dir, "netpol", "client-netpol-"+n)
@@ -819,5 +953,23 @@ func TestNetpolLossOK(t *testing.T) {
 				t.Errorf("netpolLossOK = %q, %d; want a reason and %d", why, limit, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseDropCounters reads the kernel's queue and UDP counters.
+func TestParseDropCounters(t *testing.T) {
+	const out = `   98 1234  0 2   128     3     7   5000  1
+   99 1235  0 2   128     0     1   10  1
+Ip: Forwarding DefaultTTL
+Ip: 1 64
+IcmpMsg: InType3 InType8 OutType0 OutType3 InType11 OutType8 OutType11 X
+IcmpMsg: 1 2 3 4 5 6 7 8
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+Udp: 100 2 4 100 4 0 0 0 0
+UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+UdpLite: 0 0 0 0 0 0 0 0 0
+`
+	if q, u := parseDropCounters(out); q != 11 || u != 4 {
+		t.Errorf("parseDropCounters = %d, %d; want 11, 4", q, u)
 	}
 }

@@ -275,6 +275,8 @@ type shapesRun struct {
 	// knpSyncs are the times the netpol shape's engine began a sync of
 	// its rules, by node name (netpolAtEnd reads them from its log).
 	knpSyncs map[string][]time.Time
+	// knpDrops are the netpol shape's nodes' drop counters, per second.
+	knpDrops *queueDrops
 	// steps is the running shape's step log.
 	steps *stepLog
 }
