@@ -443,12 +443,15 @@ func knpSyncs(logs string) ([]time.Time, string) {
 type queueDrops struct {
 	mu            sync.Mutex
 	queue, socket map[string]map[int64]int
+	// held is the most packets seen waiting in the queues at a sample,
+	// by node and second.
+	held map[string]map[int64]int
 }
 
 // sampleQueueDrops samples the nodes' drop counters every second until
 // the shape ends.
 func sampleQueueDrops(ctx context.Context, t *testing.T, nodes []*testbed.RealNode) *queueDrops {
-	d := &queueDrops{queue: map[string]map[int64]int{}, socket: map[string]map[int64]int{}}
+	d := &queueDrops{queue: map[string]map[int64]int{}, socket: map[string]map[int64]int{}, held: map[string]map[int64]int{}}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -462,8 +465,14 @@ func sampleQueueDrops(ctx context.Context, t *testing.T, nodes []*testbed.RealNo
 				if err != nil {
 					continue
 				}
-				q, u := parseDropCounters(string(out))
+				q, u, h := parseDropCounters(string(out))
 				now := time.Now().Unix()
+				d.mu.Lock()
+				if d.held[n.Name] == nil {
+					d.held[n.Name] = map[int64]int{}
+				}
+				d.held[n.Name][now] = max(d.held[n.Name][now], h)
+				d.mu.Unlock()
 				if prev, ok := last[n.Name]; ok {
 					d.mu.Lock()
 					if q > prev[0] {
@@ -493,10 +502,11 @@ func sampleQueueDrops(ctx context.Context, t *testing.T, nodes []*testbed.RealNo
 	return d
 }
 
-// parseDropCounters sums queue_dropped and user_dropped over the queues of
+// parseDropCounters sums queue_dropped and user_dropped (queue) and
+// queue_total (held: packets waiting now) over the queues of
 // /proc/net/netfilter/nfnetlink_queue, and reads RcvbufErrors from
 // /proc/net/snmp's Udp lines, both in out.
-func parseDropCounters(out string) (queue, socket int) {
+func parseDropCounters(out string) (queue, socket, held int) {
 	var udpHdr []string
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
@@ -505,7 +515,9 @@ func parseDropCounters(out string) (queue, socket int) {
 		case len(f) == 9 && numeric == nil:
 			a, _ := strconv.Atoi(f[5])
 			b, _ := strconv.Atoi(f[6])
+			c, _ := strconv.Atoi(f[2])
 			queue += a + b
+			held += c
 		case len(f) > 1 && f[0] == "Udp:" && udpHdr == nil:
 			udpHdr = f
 		case len(f) > 1 && f[0] == "Udp:":
@@ -514,7 +526,7 @@ func parseDropCounters(out string) (queue, socket int) {
 			}
 		}
 	}
-	return queue, socket
+	return queue, socket, held
 }
 
 func firstField(f []string) string {
@@ -611,14 +623,28 @@ func netpolLossOK(t *testing.T, r *shapesRun, steps *stepLog) groupLoss {
 						syncs++
 					}
 				}
-				var queued, socket int
+				var queued, socket, held int
 				if r.knpDrops != nil {
 					r.knpDrops.mu.Lock()
 					queued = within(r.knpDrops.queue[n.Name], at, to.Add(time.Second))
 					socket = within(r.knpDrops.socket[n.Name], at, to.Add(time.Second))
+					for j, h := range r.knpDrops.held[n.Name] {
+						if j >= k && j <= to.Unix() {
+							held = max(held, h)
+						}
+					}
 					r.knpDrops.mu.Unlock()
 				}
-				what := fmt.Sprintf("%s %s: %d lost; %d syncs, %d queue drops, %d socket drops near", n.Name, at.UTC().Format("15:04:05"), lost, syncs, queued, socket)
+				// The client's own sending, at most half its rate in a
+				// second while the lookup waited: the client starved of
+				// CPU (the machine), which reportGroups' rate rule fails.
+				fewest := clientRate
+				for j := k; j <= k+int64(lookupTimeout/time.Second); j++ {
+					if sj := secs[j]; sj != nil && sj.sent < fewest {
+						fewest = sj.sent
+					}
+				}
+				what := fmt.Sprintf("%s %s: %d lost; %d syncs, %d queue drops, %d socket drops near, up to %d packets waiting in the queue; the client sent at least %d a second meanwhile", n.Name, at.UTC().Format("15:04:05"), lost, syncs, queued, socket, held, fewest)
 				switch {
 				case syncs > 0:
 					bySync += lost
@@ -627,6 +653,9 @@ func netpolLossOK(t *testing.T, r *shapesRun, steps *stepLog) groupLoss {
 				default:
 					unexplained += lost
 					what += " UNEXPLAINED"
+					if fewest <= clientRate/2 {
+						what += " (the client starved)"
+					}
 				}
 				near = append(near, what)
 			}
@@ -958,7 +987,7 @@ func TestNetpolLossOK(t *testing.T) {
 
 // TestParseDropCounters reads the kernel's queue and UDP counters.
 func TestParseDropCounters(t *testing.T) {
-	const out = `   98 1234  0 2   128     3     7   5000  1
+	const out = `   98 1234  5 2   128     3     7   5000  1
    99 1235  0 2   128     0     1   10  1
 Ip: Forwarding DefaultTTL
 Ip: 1 64
@@ -969,7 +998,7 @@ Udp: 100 2 4 100 4 0 0 0 0
 UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
 UdpLite: 0 0 0 0 0 0 0 0 0
 `
-	if q, u := parseDropCounters(out); q != 11 || u != 4 {
-		t.Errorf("parseDropCounters = %d, %d; want 11, 4", q, u)
+	if q, u, h := parseDropCounters(out); q != 11 || u != 4 || h != 5 {
+		t.Errorf("parseDropCounters = %d, %d, %d; want 11, 4, 5", q, u, h)
 	}
 }
