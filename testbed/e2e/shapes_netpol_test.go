@@ -374,6 +374,14 @@ func netpolAtEnd(ctx context.Context, t *testing.T, r *shapesRun) {
 		}
 	}
 	r.knpSyncs = knpSyncTimes(ctx, t, r)
+	if d := r.knpDrops; d != nil {
+		d.mu.Lock()
+		for _, n := range r.nodes {
+			t.Logf("%s: sampled each second: %d packets of the queue dropped before a verdict, in %d seconds; %d UDP datagrams dropped by full sockets; %d samples",
+				n.Name, within(d.queue[n.Name], time.Unix(0, 0), time.Now().Add(time.Hour)), len(d.queue[n.Name]), within(d.socket[n.Name], time.Unix(0, 0), time.Now().Add(time.Hour)), len(d.held[n.Name]))
+		}
+		d.mu.Unlock()
+	}
 }
 
 // knpSyncTimes returns, by node, the times the engine's agent began a
