@@ -28,7 +28,8 @@ import (
 // client load, on the DNS each distribution deploys (shapes_manifests_test.go),
 // one cluster of two real nodes for all of them: between shapes the DNS
 // objects go and the next shape's come, kubelet's clusterDNS changing with
-// them. Each shape asserts no failed or lost lookup, what the handoff did
+// them. Each shape asserts no failed or lost lookup (a shape's lossOK may
+// explain lost ones: the netpol shapes'), what the handoff did
 // (CoreDNS scaled down to the replicas kept, or left serving with the
 // reason it gives), and,
 // sampled every 200 ms throughout, that the DNS Service never had no
