@@ -191,7 +191,12 @@ func shapes() []shape {
 			r.applyAs(ctx, t, "", m)
 			r.reconcile(ctx, t, m)
 		},
-		values:  map[string]any{"coreDNS": map[string]any{"deployment": "kube-dns"}},
+		// The manifest sets no replicas: without the real autoscaler
+		// (NODEDNS_CPA_SRC) kube-dns runs 1, which the chart's default
+		// keepReplicas (1) leaves as it is, with no reason. With
+		// keepReplicas 0, as for k3s, the add-on manager's label is what
+		// keeps it, whichever autoscaler runs.
+		values:  map[string]any{"coreDNS": map[string]any{"deployment": "kube-dns", "keepReplicas": 0}},
 		install: outcome{reason: "addonmanager.kubernetes.io/mode=Reconcile"},
 		upgrade: outcome{reason: "addonmanager.kubernetes.io/mode=Reconcile"},
 	}, {
