@@ -588,6 +588,12 @@ i=$((i+1)); sleep 0.1; done`
 // start, a moment before its batch reaches the kernel.
 const netpolLossSlack = time.Second
 
+// netpolLossPercent bounds the lost lookups the engine's queue explains,
+// per step: measured on 2026-12-07 with the clients at their rate, 0.4%
+// (the probes' step) to 1.6% (the install, a sync of both agents with 73
+// packets waiting in one queue).
+const netpolLossPercent = 2
+
 // netpolLossOK explains the shape's lost lookups, client by client, by
 // what the engine's queue did on the client's node while the lookup
 // waited (from netpolLossSlack before its second to lookupTimeout after
@@ -595,7 +601,8 @@ const netpolLossSlack = time.Second
 // its queue), or the kernel dropped packets of its queue before any
 // verdict (its user space behind); and in knpChurnStep, on the churned
 // node, the hook churn. Failed lookups, lost ones with neither near, and
-// more than 1% of a step's lookups lost are never explained.
+// more than netpolLossPercent of a step's lookups lost are never
+// explained.
 func netpolLossOK(t *testing.T, r *shapesRun, steps *stepLog) groupLoss {
 	return func(stepName, group string) (string, int) {
 		var st *step
@@ -672,7 +679,7 @@ func netpolLossOK(t *testing.T, r *shapesRun, steps *stepLog) groupLoss {
 			t.Logf("%s, %s clients: each second with lost lookups, and what the engine's queue on the client's node did near it:\n%s", stepName, group, strings.Join(near, "\n"))
 		}
 		explained := bySync + byQueue
-		if unexplained > 0 || explained+churned == 0 || explained > lookups/100 {
+		if unexplained > 0 || explained+churned == 0 || explained > lookups*netpolLossPercent/100 {
 			return "", 0
 		}
 		why := fmt.Sprintf("the engine's queue on the client's node: %d lost within %s after a sync of kube-network-policies began (each drops the packets waiting in its queue), %d as the kernel dropped packets of its queue before any verdict", bySync, lookupTimeout+netpolLossSlack, byQueue)
@@ -965,7 +972,7 @@ func TestNetpolLossOK(t *testing.T) {
 			nil, 3},
 		{"a failed lookup", map[string]string{"node-a": fmt.Sprintf("%d 1000 998 1 1 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
 			map[string][]time.Time{"node-a": {base.Add(10 * time.Second)}}, 0},
-		{"more than 1%", map[string]string{"node-a": fmt.Sprintf("%d 1000 970 0 30 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
+		{"more than 2%", map[string]string{"node-a": fmt.Sprintf("%d 1000 950 0 50 0 5000\n", sec(10)), "node-b": fmt.Sprintf("%d 1000 1000 0 0 0 5\n", sec(10))},
 			map[string][]time.Time{"node-a": {base.Add(10 * time.Second)}}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
