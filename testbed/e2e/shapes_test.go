@@ -28,7 +28,8 @@ import (
 // client load, on the DNS each distribution deploys (shapes_manifests_test.go),
 // one cluster of two real nodes for all of them: between shapes the DNS
 // objects go and the next shape's come, kubelet's clusterDNS changing with
-// them. Each shape asserts no failed or lost lookup, what the handoff did
+// them. Each shape asserts no failed or lost lookup (a shape's lossOK may
+// explain lost ones: the netpol shapes'), what the handoff did
 // (CoreDNS scaled down to the replicas kept, or left serving with the
 // reason it gives), and,
 // sampled every 200 ms throughout, that the DNS Service never had no
@@ -102,6 +103,11 @@ type shape struct {
 	// afterInstall runs once the install is checked, atEnd once the
 	// uninstall is; either may be nil.
 	afterInstall, atEnd func(ctx context.Context, t *testing.T, r *shapesRun)
+	// beforeUninstall runs once the upgrade's checks are done, or nil.
+	beforeUninstall func(ctx context.Context, t *testing.T, r *shapesRun)
+	// lossOK, when set, says which of a step's lost lookups the shape
+	// explains (reportGroups' groupLoss), given the steps; nil: none.
+	lossOK func(t *testing.T, r *shapesRun, steps *stepLog) groupLoss
 }
 
 func shapes() []shape {
@@ -185,7 +191,12 @@ func shapes() []shape {
 			r.applyAs(ctx, t, "", m)
 			r.reconcile(ctx, t, m)
 		},
-		values:  map[string]any{"coreDNS": map[string]any{"deployment": "kube-dns"}},
+		// The manifest sets no replicas: without the real autoscaler
+		// (NODEDNS_CPA_SRC) kube-dns runs 1, which the chart's default
+		// keepReplicas (1) leaves as it is, with no reason. With
+		// keepReplicas 0, as for k3s, the add-on manager's label is what
+		// keeps it, whichever autoscaler runs.
+		values:  map[string]any{"coreDNS": map[string]any{"deployment": "kube-dns", "keepReplicas": 0}},
 		install: outcome{reason: "addonmanager.kubernetes.io/mode=Reconcile"},
 		upgrade: outcome{reason: "addonmanager.kubernetes.io/mode=Reconcile"},
 	}, {
@@ -219,6 +230,22 @@ func shapes() []shape {
 		upgrade:      outcome{scaled: true},
 		afterInstall: netpolAfterInstall,
 		atEnd:        netpolAtEnd,
+		lossOK:       netpolLossOK,
+	}, {
+		// The netpol shape in link-local mode: kube-dns left to CoreDNS's
+		// kept replica and the nodedns pods' fallback listeners (through
+		// kube-proxy), clients naming 169.254.20.10 from the install to
+		// the uninstall (shapes_netpol_test.go).
+		name: "netpol-link-local", clusterIP: testbed.DNSServiceIP, deployment: "coredns", service: "kube-dns", keep: 1,
+		deploy:          netpolDeploy,
+		values:          map[string]any{"mode": "link-local"},
+		groups:          []string{netpolLinkLocalGroup},
+		install:         outcome{scaled: true},
+		upgrade:         outcome{scaled: true},
+		afterInstall:    netpolLinkLocalAfterInstall,
+		beforeUninstall: netpolLinkLocalBeforeUninstall,
+		atEnd:           netpolAtEnd,
+		lossOK:          netpolLossOK,
 	}, {
 		// kubeadm's DNS on a dual-stack cluster: kube-dns PreferDualStack
 		// with an IPv6 ClusterIP too, clients naming each (shapes_dualstack_test.go).
@@ -251,6 +278,13 @@ type shapesRun struct {
 	dnsIP   string // kubelet's clusterDNS now
 	// gitopsFile is the manifests the GitOps shape applied last.
 	gitopsFile string
+	// knpSyncs are the times the netpol shape's engine began a sync of
+	// its rules, by node name (netpolAtEnd reads them from its log).
+	knpSyncs map[string][]time.Time
+	// knpDrops are the netpol shape's nodes' drop counters, per second.
+	knpDrops *queueDrops
+	// steps is the running shape's step log.
+	steps *stepLog
 }
 
 // TestShapes runs the shape matrix (shapesEnv selects shapes); `make
@@ -569,7 +603,12 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 		checkNameserver(ctx, t, r.tb, r.nodes, "client-"+s.name+"-"+n.Name, s.clusterIP)
 	}
 	steps := &stepLog{}
-	defer reportGroups(t, r.nodes, r.results, steps, append([]string{s.name}, s.groups...), func(string, string) (string, int) { return "", 0 })
+	r.steps = steps
+	lossOK := groupLoss(func(string, string) (string, int) { return "", 0 })
+	if s.lossOK != nil {
+		lossOK = s.lossOK(t, r, steps)
+	}
+	defer reportGroups(t, r.nodes, r.results, steps, append([]string{s.name}, s.groups...), lossOK)
 	w := watchDNS(ctx, t, r, s)
 	defer w.stop(t)
 
@@ -630,6 +669,9 @@ func (r *shapesRun) run(ctx context.Context, t *testing.T, s shape) {
 		s.afterUpgrade(ctx, t, r)
 	}
 	time.Sleep(10 * time.Second)
+	if s.beforeUninstall != nil {
+		s.beforeUninstall(ctx, t, r)
+	}
 
 	steps.begin("d. uninstall", r.how(s, "uninstall"))
 	start = time.Now()

@@ -25,6 +25,12 @@ func readResults(t *testing.T, dir string) map[int64]*second {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no client results in %s (%v)", dir, err)
 	}
+	return readResultFiles(t, files)
+}
+
+// readResultFiles sums the per-second lines of the given load.log files.
+func readResultFiles(t *testing.T, files []string) map[int64]*second {
+	t.Helper()
 	secs := map[int64]*second{}
 	for _, f := range files {
 		fh, err := os.Open(f)
